@@ -1,0 +1,5 @@
+import sys
+
+from gatle_ignite.cli.main import main
+
+sys.exit(main())

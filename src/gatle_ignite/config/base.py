@@ -1,0 +1,105 @@
+"""The config schema: every field the framework reads, with its default."""
+
+from ml_collections import config_dict
+
+__all__ = ["OPTIONAL_KNOWN", "REQUIRED_FIELDS", "base_config", "known_fields"]
+
+REQUIRED_FIELDS = (
+    "name",
+    "save_dir",
+    "main_runner",
+    "model_name",
+    "train_ds_name",
+    "criterion_name",
+    "optimizer_name",
+)
+
+# Not pre-set: their presence carries meaning (an evaluator, inference mode, ...).
+OPTIONAL_KNOWN = (
+    "valid_ds_name",
+    "valid_ds_params",
+    "test_ds_name",
+    "test_ds_params",
+    "run",
+    "load_from_ckpt",
+    "wandb_entity",
+    "discord_url",
+)
+
+
+def base_config() -> config_dict.ConfigDict:
+    """A fresh ConfigDict holding every framework field at its default."""
+    placeholder = config_dict.placeholder
+    cfg = config_dict.ConfigDict()
+
+    cfg.name = placeholder(str)
+    cfg.save_dir = placeholder(str)
+    cfg.project_name = "gatle"
+    cfg.main_runner = placeholder(str)
+    cfg.seed = 42
+
+    cfg.model_name = placeholder(str)
+    cfg.model_params = {}
+    cfg.auto_model_params = {"find_unused_parameters": False, "sync_bn": True}
+
+    cfg.train_ds_name = placeholder(str)
+    cfg.train_ds_params = {}
+    cfg.aug_name = placeholder(str)
+    cfg.aug_params = {}
+
+    cfg.criterion_name = placeholder(str)
+    cfg.criterion_params = {}
+
+    cfg.optimizer_name = placeholder(str)
+    cfg.optimizer_params = {}
+    cfg.lr_scheduler = placeholder(str)
+    cfg.lr_scheduler_params = {}
+    cfg.grad_clip_norm = placeholder(float)
+    cfg.grad_clip_value = placeholder(float)
+    cfg.accum_steps = 1
+
+    cfg.max_epochs = 1
+    cfg.every_val = 1
+    cfg.every_test = 0
+    cfg.train_length = placeholder(int)
+    cfg.early_stop_patience = 0
+    cfg.early_stop_after = 0
+    cfg.val_length = placeholder(int)
+    cfg.test_length = placeholder(int)
+
+    cfg.amp_dtype = "auto"
+    cfg.cudnn_benchmark = False
+    cfg.compile = placeholder(object)
+    cfg.compile_params = {}
+
+    cfg.train_metrics = {}
+    cfg.val_metrics = {}
+    cfg.tester_metrics = {}
+    cfg.score_name = placeholder(str)
+    cfg.score_factor = 1
+    cfg.tester_score_name = placeholder(str)
+    cfg.tester_score_factor = 1
+
+    cfg.save_ckpt = True
+    cfg.n_saved = 1
+    cfg.resume = False
+    cfg.model_checkpoint_dir = ""
+    cfg.strict = True
+
+    cfg.logger_name = ["text"]
+    cfg.log_every = 100
+    cfg.watch_grad = False
+    cfg.tags = []
+
+    cfg.dist_backend = "nccl"
+    cfg.nnodes = 1
+    cfg.node_rank = 0
+    cfg.nproc_per_node = placeholder(int)
+    cfg.master_addr = placeholder(str)
+    cfg.master_port = placeholder(int)
+    return cfg
+
+
+def known_fields() -> list:
+    """Every field name the framework reads: the base fields and the optional ones."""
+    return sorted(set(base_config().keys()) | set(OPTIONAL_KNOWN))

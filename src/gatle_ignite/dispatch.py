@@ -1,0 +1,117 @@
+"""Dotted-path dispatch: every component is a module path plus a fixed entrypoint name."""
+
+import importlib
+
+__all__ = ["CONTRACTS", "ConfigError", "import_entrypoint", "import_module_from_path"]
+
+
+class ConfigError(Exception):
+    """A config names something that cannot be resolved, or a value is missing or invalid."""
+
+
+# (label, entrypoint, contract, top-level fields check_dispatch resolves against the entrypoint)
+CONTRACTS = (
+    (
+        "main_runner",
+        "Trainer",
+        "A BaseTrainer subclass, usually overriding only prep_batch. "
+        "Constructed as Trainer(local_rank, cfg).",
+        ("main_runner",),
+    ),
+    (
+        "model_name + model_params",
+        "Model",
+        "Model(**model_params); its forward returns a dict. "
+        "A plain function returning an nn.Module also works.",
+        ("model_name",),
+    ),
+    (
+        "train_ds_name / valid_ds_name / test_ds_name + *_ds_params",
+        "get_ds",
+        "get_ds(ds_params, transform) returns (dataloader, info); info['length'] is required.",
+        ("train_ds_name", "valid_ds_name", "test_ds_name"),
+    ),
+    (
+        "aug_name + aug_params",
+        "Transformation",
+        "Transformation(**aug_params), any callable; built once and passed to every split.",
+        ("aug_name",),
+    ),
+    (
+        "criterion_name + criterion_params",
+        "Loss",
+        "An nn.Module Loss(**criterion_params) whose forward(y_pred, target, iteration=None) "
+        "returns (total, {'loss_<key>': tensor}) and which has a crit_keys attribute.",
+        ("criterion_name",),
+    ),
+    (
+        "optimizer_name + optimizer_params",
+        "get_optimizer",
+        "get_optimizer(model, **optimizer_params) returns the object held as trainer.optimizer.",
+        ("optimizer_name",),
+    ),
+    (
+        "lr_scheduler + lr_scheduler_params",
+        "get_scheduler",
+        "get_scheduler(cfg, train_dl, optimizer, engines, **params) returns "
+        "(scheduler, engine_name, event).",
+        ("lr_scheduler",),
+    ),
+    (
+        "{train,val,tester}_metrics[<name>].cls_name + params",
+        "get_metric",
+        "get_metric(engine_type, info, **params) returns an ignite Metric.",
+        (),
+    ),
+    (
+        "*_ds_params.collate_fn.cls_name + params",
+        "get_collate_fn",
+        "get_collate_fn(**params) returns the collate callable.",
+        (),
+    ),
+    (
+        "*_ds_params.sampler_params.cls_name + params",
+        "get_sampler",
+        "get_sampler(dataset, **params) returns a torch Sampler.",
+        (),
+    ),
+    (
+        "logger_name[<entry>]",
+        "Backend",
+        "Backend(cfg) with log(metrics, step=None, epoch=None), watch(model) and "
+        "finish(failed=False).",
+        (),
+    ),
+)
+
+
+def _origin(field):
+    return f" (from config field '{field}')" if field else ""
+
+
+def import_module_from_path(path, field=None):
+    """Import the module a config names, turning every import failure into a ConfigError."""
+    if not isinstance(path, str):
+        raise ConfigError(f"expected a dotted module path string{_origin(field)}, got {path!r}")
+    if not path:
+        raise ConfigError(f"empty module path{_origin(field)}")
+    try:
+        return importlib.import_module(path)
+    except ImportError as error:
+        raise ConfigError(
+            f"could not import '{path}'{_origin(field)}: {error}\n"
+            f"  Check that it is importable from here (run from the project root, or fix "
+            f"PYTHONPATH / install the missing package)."
+        ) from error
+
+
+def import_entrypoint(path, attr, field=None):
+    """Return ``attr`` of the module at ``path``; a missing attribute lists what it does have."""
+    module = import_module_from_path(path, field=field)
+    if not hasattr(module, attr):
+        named = f" (named by config field '{field}')" if field else ""
+        public = sorted(name for name in vars(module) if not name.startswith("_"))
+        raise ConfigError(
+            f"module '{path}'{named} must expose '{attr}', but does not.\n  Found: {public}"
+        )
+    return getattr(module, attr)
