@@ -1,0 +1,120 @@
+"""Logging: fan the engines' metrics out to the sinks named in ``cfg.logger_name``."""
+
+import ignite.distributed as idist
+import torch
+from ignite.engine import Events
+
+from gatle_ignite.dispatch import import_entrypoint
+
+__all__ = ["BUILTIN_BACKENDS", "NOT_A_BACKEND", "Backend", "LoggingCallback"]
+
+BUILTIN_BACKENDS = ("text", "wandb", "discord")
+# Entries of logger_name that are trainer flags, not sinks.
+NOT_A_BACKEND = ("pbar",)
+
+
+class Backend:
+    """A logging sink. Subclass it and override ``log``; ``watch`` and ``finish`` are no-ops."""
+
+    def __init__(self, cfg):
+        self.cfg = cfg
+
+    def log(self, metrics, step=None, epoch=None):
+        pass
+
+    def watch(self, model):
+        pass
+
+    def finish(self, failed=False):
+        pass
+
+
+def _scalar(value):
+    if torch.is_tensor(value):
+        return value.item() if value.numel() == 1 else value.tolist()
+    return value
+
+
+def _flatten(metrics) -> dict:
+    """One level of ``{name: scalar}``: summaries dropped, dict values spread as ``key_sub``."""
+    flat = {}
+    for key, value in metrics.items():
+        if "summary" in key:
+            continue
+        if isinstance(value, dict):
+            for sub, inner in value.items():
+                flat[f"{key}_{sub}"] = _scalar(inner)
+        else:
+            flat[key] = _scalar(value)
+    return flat
+
+
+def _backend_path(name) -> str:
+    return f"gatle_ignite.callbacks.backends.{name}" if name in BUILTIN_BACKENDS else name
+
+
+def _grad_norm(model) -> float:
+    norms = [p.grad.detach().float().norm() for p in model.parameters() if p.grad is not None]
+    return float(torch.linalg.vector_norm(torch.stack(norms))) if norms else 0.0
+
+
+class LoggingCallback:
+    """Builds the named backends on rank 0 and wires them to the engines' events."""
+
+    def __init__(self, cfg):
+        self.cfg = cfg
+        self.backends = []
+
+    def start(self):
+        if idist.get_rank() != 0:
+            return self
+        for name in self.cfg.logger_name:
+            if name in NOT_A_BACKEND:
+                continue
+            backend_cls = import_entrypoint(_backend_path(name), "Backend", field="logger_name")
+            self.backends.append(backend_cls(self.cfg))
+        return self
+
+    def _log(self, metrics, step=None, epoch=None):
+        for backend in self.backends:
+            backend.log(metrics, step=step, epoch=epoch)
+
+    def on_train_epoch_end(self, trainer, optimizer):
+        @trainer.on(Events.EPOCH_COMPLETED(every=1))
+        def _log_train_metrics(engine):
+            self._log(_flatten(engine.state.metrics), epoch=engine.state.epoch)
+
+        @trainer.on(Events.ITERATION_COMPLETED(every=self.cfg.log_every))
+        def _log_lr(engine):
+            lrs = {f"train/lr_{i}": group["lr"] for i, group in enumerate(optimizer.param_groups)}
+            self._log(lrs, step=engine.state.iteration, epoch=engine.state.epoch)
+
+    def on_train_iteration(self, trainer, model):
+        if not self.cfg.watch_grad or not self.backends:
+            return
+        for backend in self.backends:
+            backend.watch(model)
+
+        @trainer.on(Events.ITERATION_COMPLETED(every=self.cfg.log_every))
+        def _log_grad_norm(engine):
+            self._log(
+                {"train/grad_norm": _grad_norm(model)},
+                step=engine.state.iteration,
+                epoch=engine.state.epoch,
+            )
+
+    def on_valid_epoch_end(self, trainer, engine):
+        @engine.on(Events.EPOCH_COMPLETED)
+        def _log_eval_metrics(eval_engine):
+            self._log(_flatten(eval_engine.state.metrics), epoch=trainer.state.epoch)
+
+    def on_completion(self, trainer):
+        @trainer.on(Events.COMPLETED)
+        def _announce(engine):
+            if idist.get_rank() == 0:
+                print(f"TRAINING COMPLETE after {engine.state.epoch} epochs")
+
+    def finish(self, failed=False):
+        for backend in self.backends:
+            backend.finish(failed=failed)
+        self.backends = []

@@ -1,0 +1,151 @@
+"""The ``gatle-ignite`` command line: init, train, eval and config."""
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+from typing import Optional
+
+from gatle_ignite import __version__
+from gatle_ignite.dispatch import ConfigError
+
+__all__ = ["build_parser", "main"]
+
+# Heavy modules (torch, ignite, the config checks) are imported inside the commands, so
+# `--version`, `--help` and argument errors answer at once.
+
+_DESCRIPTION = """\
+A config-driven training framework for PyTorch, built on PyTorch-Ignite.
+
+usage forms:
+  gatle-ignite init NAME [--dir DIR] [--force]
+  gatle-ignite train --config=CFG.py[,CFG2.py...] [--override KEY=VALUE]...
+  gatle-ignite eval --config=CFG.py [--ckpt best|latest] [--override KEY=VALUE]...
+  gatle-ignite config --config=CFG.py[,CFG2.py...] [--override KEY=VALUE]...
+"""
+
+
+def _add_config_args(parser: argparse.ArgumentParser, config_help: str) -> None:
+    parser.add_argument("--config", required=True, metavar="PATHS", help=config_help)
+    parser.add_argument(
+        "--override",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="set an existing config field (dotted keys reach nested fields); repeatable",
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser behind ``gatle-ignite``."""
+    parser = argparse.ArgumentParser(
+        prog="gatle-ignite",
+        description=_DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"gatle-ignite {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    init = commands.add_parser("init", help="write a new project skeleton")
+    init.add_argument("name", help="project name (a valid python identifier)")
+    init.add_argument("--dir", dest="directory", default=".", help="parent directory")
+    init.add_argument("--force", action="store_true", help="overwrite existing files")
+
+    train = commands.add_parser("train", help="train one config, or several in parallel")
+    _add_config_args(train, "config file, or comma-separated files to run in parallel")
+
+    evaluate = commands.add_parser("eval", help="load a checkpoint and evaluate it")
+    _add_config_args(evaluate, "one config file")
+    evaluate.add_argument(
+        "--ckpt", choices=("best", "latest"), default="best", help="checkpoint to load"
+    )
+
+    check = commands.add_parser("config", help="print and check configs without training")
+    _add_config_args(check, "config file, or comma-separated files")
+    return parser
+
+
+def _split_paths(value: str) -> list[str]:
+    paths = [piece.strip() for piece in value.split(",") if piece.strip()]
+    if not paths:
+        raise ConfigError(f"--config {value!r} names no config file")
+    return paths
+
+
+def _ensure_cwd_importable() -> None:
+    # A console script does not put the working directory on sys.path, yet configs name
+    # dotted paths relative to it.
+    cwd = os.getcwd()
+    if sys.path[:1] != [cwd]:
+        sys.path.insert(0, cwd)
+
+
+def _prepare(args: argparse.Namespace, path: str):
+    from gatle_ignite.config.loader import apply_overrides, load_config_from_file
+    from gatle_ignite.config.validate import validate_config
+
+    _ensure_cwd_importable()
+    cfg = load_config_from_file(path)
+    apply_overrides(cfg, args.override)
+    validate_config(cfg)
+    return cfg
+
+
+def _check_configs(args: argparse.Namespace, paths: list[str]) -> int:
+    from gatle_ignite.config.validate import check_dispatch
+
+    for path in paths:
+        print(f"===== {path} =====")
+        cfg = _prepare(args, path)
+        print(cfg)
+        check_dispatch(cfg)
+        print()
+        print("all dotted paths resolve.")
+    return 0
+
+
+def _evaluate(args: argparse.Namespace, paths: list[str]) -> int:
+    if len(paths) > 1:
+        raise ConfigError(
+            f"eval takes one --config, got {len(paths)}: {', '.join(paths)}\n"
+            f"  The comma form runs several configs in parallel and is for `train` only."
+        )
+    from gatle_ignite.cli import launch
+
+    cfg = _prepare(args, paths[0])
+    cfg.run = True
+    cfg.load_from_ckpt = args.ckpt
+    launch.launch(cfg)
+    return 0
+
+
+def _train(args: argparse.Namespace, paths: list[str]) -> int:
+    from gatle_ignite.cli import launch
+
+    if len(paths) > 1:
+        # Each child loads and validates its own config; the parent only fans out.
+        return launch.launch_many(paths, [f"--override={item}" for item in args.override])
+    launch.launch(_prepare(args, paths[0]))
+    return 0
+
+
+_CONFIG_COMMANDS = {"config": _check_configs, "eval": _evaluate, "train": _train}
+
+
+def _run_command(args: argparse.Namespace) -> int:
+    if args.command == "init":
+        from gatle_ignite.cli.init import init_project
+
+        return init_project(args.name, args.directory, args.force)
+    return _CONFIG_COMMANDS[args.command](args, _split_paths(args.config))
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Run the CLI on ``argv`` (default ``sys.argv[1:]``) and return the exit code."""
+    args = build_parser().parse_args(argv)
+    try:
+        return _run_command(args)
+    except ConfigError as error:
+        print(file=sys.stderr)
+        print(f"config error: {error}", file=sys.stderr)
+        return 2

@@ -1,0 +1,104 @@
+"""Load a config file by path and apply ``--override key=value`` items to it."""
+
+import ast
+import importlib.util
+import os
+from collections.abc import Iterable
+from typing import Optional, Union
+
+from ml_collections import config_dict
+
+from gatle_ignite.config.base import OPTIONAL_KNOWN
+from gatle_ignite.dispatch import ConfigError
+
+__all__ = ["apply_overrides", "load_config_from_file"]
+
+_MODULE_NAME = "gatle_config_module"
+
+
+def load_config_from_file(path: Union[str, os.PathLike]):
+    """Execute the config file at ``path`` and return what its ``get_config()`` returns."""
+    path = os.fspath(path)
+    if not os.path.isfile(path):
+        raise ConfigError(f"config file not found: {path}")
+    spec = importlib.util.spec_from_file_location(_MODULE_NAME, path)
+    if spec is None or spec.loader is None:
+        raise ConfigError(f"could not load a python module from: {path}")
+    # Deliberately kept out of sys.modules: loading one config must not shadow another.
+    module = importlib.util.module_from_spec(spec)
+    try:
+        spec.loader.exec_module(module)
+    except ImportError as error:
+        if "relative import" in str(error):
+            raise ConfigError(
+                f"config {path} uses a relative import ({error}).\n"
+                f"  Configs are loaded by path and have no parent package, so they must use "
+                f"absolute imports, for example `from dataloaders.vocab import X`, not "
+                f"`from .vocab import X`."
+            ) from error
+        raise ConfigError(
+            f"could not import {path}: {error}\n"
+            f"  Run from the directory the config's dotted paths are relative to (the working "
+            f"directory goes on sys.path), and use absolute imports only."
+        ) from error
+    if not hasattr(module, "get_config"):
+        raise ConfigError(f"config file {path} must define get_config()")
+    return module.get_config()
+
+
+def _parse_value(raw: str):
+    try:
+        return ast.literal_eval(raw)
+    except (ValueError, SyntaxError):
+        return raw
+
+
+def _is_group(value) -> bool:
+    return hasattr(value, "keys") and hasattr(value, "__getitem__")
+
+
+def _unknown_top_level(name: str) -> ConfigError:
+    if name in OPTIONAL_KNOWN:
+        advice = f"'{name}' is optional and this config never set it; set it in get_config() first."
+    else:
+        advice = "Only fields the config already has can be overridden; check the spelling."
+    return ConfigError(f"cannot override unknown config field '{name}'\n  {advice}")
+
+
+def _set_override(cfg, key: str, value) -> None:
+    parts = key.split(".")
+    container = cfg
+    for depth, segment in enumerate(parts[:-1]):
+        prefix = ".".join(parts[: depth + 1])
+        if segment not in container:
+            if depth == 0:
+                raise _unknown_top_level(segment)
+            raise ConfigError(f"cannot override unknown config field '{prefix}'")
+        container = container[segment]
+        if not _is_group(container):
+            raise ConfigError(
+                f"cannot override '{key}': '{prefix}' is a {type(container).__name__}, "
+                f"not a group of fields"
+            )
+    leaf = parts[-1]
+    if leaf not in container:
+        if len(parts) == 1:
+            raise _unknown_top_level(leaf)
+        parent = ".".join(parts[:-1])
+        known = sorted(str(name) for name in container.keys())
+        raise ConfigError(
+            f"cannot override '{key}': '{parent}' has no '{leaf}'.\n  Its fields: {known}"
+        )
+    container[leaf] = value
+
+
+def apply_overrides(
+    cfg: config_dict.ConfigDict, overrides: Optional[Iterable[str]]
+) -> config_dict.ConfigDict:
+    """Apply ``key=value`` items to ``cfg`` in place; only existing keys can be set."""
+    for item in overrides or ():
+        if "=" not in item:
+            raise ConfigError(f"override '{item}' is not of the form key=value")
+        key, raw = item.split("=", 1)
+        _set_override(cfg, key.strip(), _parse_value(raw))
+    return cfg

@@ -1,0 +1,81 @@
+"""The composite criterion: a weighted, optionally iteration-gated sum of config-built losses."""
+
+from collections.abc import Mapping
+from typing import Any, Optional
+
+import torch
+from torch import nn
+
+from gatle_ignite.dispatch import ConfigError, import_entrypoint
+
+__all__ = ["Loss"]
+
+_REQUIRED = ("cls_name", "weight")
+
+
+def _device_of(y_pred: Any) -> torch.device:
+    """Where the model output lives, so gated-off zeros sit beside the active terms."""
+    if isinstance(y_pred, torch.Tensor):
+        return y_pred.device
+    if hasattr(y_pred, "values"):
+        for value in y_pred.values():
+            if isinstance(value, torch.Tensor):
+                return value.device
+    return torch.device("cpu")
+
+
+class Loss(nn.Module):
+    """Sum of ``weight * term(y_pred, target, iteration)`` over the active entries."""
+
+    def __init__(self, dict_of_loss_params: Mapping[str, Mapping[str, Any]]) -> None:
+        super().__init__()
+        if not dict_of_loss_params:
+            raise ConfigError(
+                "criterion_params.dict_of_loss_params is empty.\n"
+                "  Add at least one sub-loss: {<key>: {'cls_name': <dotted path>, 'weight': 1.0}}."
+            )
+        self.dict_loss_functions = nn.ModuleDict()
+        self.weighting: dict[str, float] = {}
+        self.gating: dict[str, tuple[Optional[int], Optional[int]]] = {}
+        for key, entry in dict_of_loss_params.items():
+            for name in _REQUIRED:
+                if entry.get(name) is None:
+                    raise ConfigError(
+                        f"loss entry {key!r} is missing {name!r}.\n"
+                        f"  Every entry of dict_of_loss_params needs a 'cls_name' (a module "
+                        f"exposing Loss) and a 'weight'."
+                    )
+            loss_cls = import_entrypoint(
+                entry["cls_name"], "Loss", field=f"dict_of_loss_params.{key}.cls_name"
+            )
+            self.dict_loss_functions[key] = loss_cls(**dict(entry.get("loss_params", {}) or {}))
+            self.weighting[key] = entry["weight"]
+            self.gating[key] = (entry.get("start_iteration"), entry.get("end_iteration"))
+        self.crit_keys = list(dict_of_loss_params.keys())
+
+    def _is_active(self, key: str, iteration: Optional[int]) -> bool:
+        if iteration is None:
+            return True
+        start, end = self.gating[key]
+        return (start is None or start <= iteration) and (end is None or iteration <= end)
+
+    def forward(
+        self, y_pred: Any, target: Any, iteration: Optional[int] = None
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """Return ``(total, {"loss_<key>": weighted value})``; gated-off terms report 0.0."""
+        total = None
+        components = {}
+        for key in self.crit_keys:
+            if not self._is_active(key, iteration):
+                # Keep the key so each logged series stays continuous across the gate.
+                components[f"loss_{key}"] = torch.zeros((), device=_device_of(y_pred))
+                continue
+            value = self.weighting[key] * self.dict_loss_functions[key](y_pred, target, iteration)
+            components[f"loss_{key}"] = value
+            total = value if total is None else total + value
+        if total is None:
+            raise ConfigError(
+                f"all loss terms are gated off at iteration {iteration}: {self.gating}.\n"
+                f"  Widen a start_iteration / end_iteration window so at least one term is active."
+            )
+        return total, components

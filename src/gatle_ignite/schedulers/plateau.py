@@ -1,0 +1,47 @@
+"""Reduce the lr when an evaluator metric stops improving."""
+
+from collections.abc import Mapping
+from typing import Any, Optional
+
+from ignite.engine import Events
+from ignite.handlers import ReduceLROnPlateauScheduler
+
+from gatle_ignite.dispatch import ConfigError
+
+__all__ = ["PlateauScheduler", "get_scheduler"]
+
+
+class PlateauScheduler(ReduceLROnPlateauScheduler):
+    """ignite's plateau scheduler with a state dict that loads under ``weights_only=True``."""
+
+    def state_dict(self) -> dict[str, Any]:
+        state = super().state_dict()
+        # ignite stores a bound method on the torch scheduler; it cannot be unpickled safely,
+        # and load_state_dict keeps the live one because it only updates the keys it is given.
+        state["scheduler"].pop("_reduce_lr", None)
+        return state
+
+
+def get_scheduler(
+    cfg: Any,
+    train_dl: Any,
+    optimizer: Any,
+    engines: Mapping,
+    metric_name: Optional[str] = None,
+    mode: str = "min",
+    factor: float = 0.1,
+    patience: int = 10,
+    **kwargs: Any,
+):
+    """Watch ``metric_name`` (default ``cfg.score_name``) after every evaluator run."""
+    metric_name = metric_name or cfg.get("score_name")
+    if not metric_name:
+        raise ConfigError(
+            "plateau scheduler has no metric to watch.\n"
+            "  Set lr_scheduler_params.metric_name or cfg.score_name to an evaluator metric, "
+            "e.g. 'valid/acc' (eval steps compute no loss)."
+        )
+    scheduler = PlateauScheduler(
+        optimizer, metric_name=metric_name, mode=mode, factor=factor, patience=patience, **kwargs
+    )
+    return scheduler, "evaluator", Events.COMPLETED

@@ -1,0 +1,43 @@
+"""Linear warm-up to the base lr, then cosine annealing down to a floor, per iteration."""
+
+from collections.abc import Mapping
+from typing import Any
+
+from ignite.engine import Events
+from ignite.handlers import create_lr_scheduler_with_warmup
+from torch.optim.lr_scheduler import CosineAnnealingLR
+
+from gatle_ignite.schedulers._utils import base_lr, steps_per_epoch
+
+__all__ = ["MIN_WARMUP_EVENTS", "get_scheduler"]
+
+# ignite's warm-up helper rejects a warm-up of a single event.
+MIN_WARMUP_EVENTS = 2
+
+
+def get_scheduler(
+    cfg: Any,
+    train_dl: Any,
+    optimizer: Any,
+    engines: Mapping,
+    warmup_epochs: float = 1,
+    warmup_start_factor: float = 0.01,
+    lr_scale_factor: float = 0.01,
+    **kwargs: Any,
+):
+    """Warm up over ``warmup_epochs``, then anneal to ``lr * lr_scale_factor`` by the run's end."""
+    per_epoch = steps_per_epoch(cfg, train_dl)
+    total = max(cfg.max_epochs * per_epoch, 1)
+    lr = base_lr(cfg, optimizer)
+    warmup = max(int(warmup_epochs * per_epoch), MIN_WARMUP_EVENTS)
+    cosine = CosineAnnealingLR(
+        optimizer, T_max=max(total - warmup, 1), eta_min=lr * lr_scale_factor
+    )
+    scheduler = create_lr_scheduler_with_warmup(
+        cosine,
+        warmup_start_value=lr * warmup_start_factor,
+        warmup_end_value=lr,
+        warmup_duration=warmup,
+        **kwargs,
+    )
+    return scheduler, "trainer", Events.ITERATION_STARTED

@@ -1,0 +1,217 @@
+"""Checkpoints: what is saved, when latest and best files are written, and how runs resume."""
+
+import math
+import warnings
+
+import ignite.distributed as idist
+from ignite.handlers import Checkpoint, DiskSaver, global_step_from_engine
+
+from gatle_ignite.dispatch import ConfigError
+from gatle_ignite.utils.batch import get_value
+from gatle_ignite.utils.checkpoints import (
+    LATEST_PREFIX,
+    RunMeta,
+    best_prefix_for,
+    find_latest_checkpoint,
+    load_checkpoint_file,
+    load_weights,
+    resolve_eval_checkpoint,
+)
+
+__all__ = [
+    "attach_checkpoints",
+    "load_checkpoints",
+    "load_eval_checkpoint",
+    "score_function",
+]
+
+
+def _stateful_schedulers(scheduler) -> list:
+    schedulers = scheduler if isinstance(scheduler, (list, tuple)) else [scheduler]
+    stateful = []
+    for s in schedulers:
+        if hasattr(s, "state_dict"):
+            stateful.append(s)
+        else:
+            warnings.warn(
+                f"scheduler {type(s).__name__} has no state_dict, so its learning-rate state is "
+                f"not checkpointed and restarts on resume.",
+                stacklevel=3,
+            )
+    return stateful
+
+
+def _to_save(trainer) -> dict:
+    """Every object a checkpoint holds, in the order the contract fixes."""
+    to_save = {
+        "model": trainer.model,
+        "optimizer": trainer.optimizer,
+        "trainer": trainer.engines["trainer"],
+        "run_meta": RunMeta(trainer.cfg.max_epochs),
+    }
+    to_save.update(trainer._early_stoppers)
+    if trainer.scaler is not None:
+        to_save["scaler"] = trainer.scaler
+    if trainer.scheduler is not None:
+        stateful = _stateful_schedulers(trainer.scheduler)
+        if len(stateful) == 1:
+            to_save["scheduler"] = stateful[0]
+        else:
+            to_save.update({f"scheduler_{i}": s for i, s in enumerate(stateful)})
+    for key, obj in trainer.extra_to_save().items():
+        if key in to_save:
+            raise ConfigError(
+                f"extra_to_save() key '{key}' collides with the framework's own '{key}'.\n"
+                f"  Rename it in extra_to_save()."
+            )
+        to_save[key] = obj
+    return to_save
+
+
+def score_function(score_name, score_factor=1):
+    """A function of an eval engine giving the score to maximise."""
+
+    def score(engine):
+        return score_factor * float(get_value(engine.state.metrics, score_name))
+
+    return score
+
+
+def _saver(cfg):
+    return DiskSaver(dirname=cfg.save_dir, require_empty=False)
+
+
+def attach_checkpoints(trainer) -> None:
+    """Build the latest and best handlers; fit() and run_eval_engine() call them."""
+    trainer._post_eval = {}
+    trainer._latest = None
+    cfg = trainer.cfg
+    if "run" in cfg:
+        return
+    to_save = _to_save(trainer) if cfg.save_ckpt else None
+    for spec in trainer.eval_specs():
+        if spec.score_field is None:
+            continue
+        _attach_best(
+            trainer,
+            spec,
+            score_name=cfg.get(spec.score_field, None),
+            score_factor=cfg.get(spec.score_factor_field, 1),
+            prefix=spec.ckpt_prefix,
+            to_save=to_save,
+        )
+    if to_save is not None:
+        trainer._latest = Checkpoint(
+            to_save,
+            _saver(cfg),
+            n_saved=cfg.n_saved,
+            global_step_transform=global_step_from_engine(trainer.engines["trainer"]),
+            filename_prefix=LATEST_PREFIX,
+        )
+
+
+def _attach_best(trainer, spec, score_name, score_factor, prefix, to_save) -> None:
+    if trainer.engines.get(spec.key) is None or not score_name:
+        return
+    cfg = trainer.cfg
+    trainer_engine = trainer.engines["trainer"]
+    best = None
+    if to_save is not None:
+        best = Checkpoint(
+            to_save,
+            _saver(cfg),
+            n_saved=cfg.n_saved,
+            filename_prefix=best_prefix_for(prefix),
+            score_function=score_function(score_name, score_factor),
+            score_name=None,
+            global_step_transform=global_step_from_engine(trainer_engine),
+            greater_or_equal=True,
+        )
+
+    def check_then_save(engine):
+        if trainer._diverged:
+            return
+        value = float(get_value(engine.state.metrics, score_name))
+        if idist.get_world_size() > 1:
+            value = float(idist.all_reduce(value))
+        if math.isfinite(value):
+            if best is not None:
+                best(engine)
+            return
+        warnings.warn(
+            f"training stopped: {score_name} is {value} at epoch {trainer_engine.state.epoch}; "
+            f"not saved as best.\n"
+            f"  The run has probably diverged: check the loss and the learning rate.",
+            stacklevel=2,
+        )
+        trainer._diverged = True
+        trainer_engine.terminate()
+
+    trainer._post_eval.setdefault(spec.key, []).append(check_then_save)
+
+
+def load_checkpoints(trainer) -> bool:
+    """Warm-start weights and/or resume a run; returns whether anything was loaded."""
+    cfg = trainer.cfg
+    loaded = False
+    if cfg.model_checkpoint_dir:
+        print(f"LOADING MODEL FROM: {cfg.model_checkpoint_dir}")
+        load_weights(cfg.model_checkpoint_dir, trainer.model, strict=cfg.strict)
+        loaded = True
+    if cfg.resume:
+        latest = find_latest_checkpoint(cfg.save_dir)
+        if latest is None:
+            warnings.warn(
+                f"resume=True but {cfg.save_dir} has no {LATEST_PREFIX}* checkpoint, so the run "
+                f"starts from scratch.",
+                stacklevel=2,
+            )
+        else:
+            print(f"RESUMING FROM: {latest}")
+            _resume_from(trainer, load_checkpoint_file(latest))
+            loaded = True
+    return loaded
+
+
+def _resume_from(trainer, state) -> None:
+    objects = _to_save(trainer)
+    missing = sorted(key for key in objects if key not in state)
+    if missing:
+        warnings.warn(f"checkpoint has no state for {missing}; resuming without it.", stacklevel=3)
+    present = {key: obj for key, obj in objects.items() if key in state}
+    Checkpoint.load_objects(to_load=present, checkpoint=state)
+    restored = objects["run_meta"].restored_max_epochs
+    max_epochs = trainer.cfg.max_epochs
+    if trainer.scheduler is not None and restored is not None and restored != max_epochs:
+        warnings.warn(
+            f"resuming a run made for max_epochs={restored} with max_epochs={max_epochs}: the "
+            f"learning rate still follows the old {restored}-epoch schedule.\n"
+            f"  Keep max_epochs={restored}, or start fresh from the weights with resume=False and "
+            f"model_checkpoint_dir=<a latest_epoch checkpoint> and the new max_epochs.",
+            stacklevel=3,
+        )
+
+
+def load_eval_checkpoint(trainer):
+    """Load the weights (and extra state) that ``gatle-ignite eval`` evaluates."""
+    cfg = trainer.cfg
+    which = cfg.get("load_from_ckpt", "best")
+    ckpt = resolve_eval_checkpoint(cfg.save_dir, which, prefix="valid_")
+    if ckpt is None:
+        raise ConfigError(
+            f"no {which!r} checkpoint found in {cfg.save_dir}\n"
+            f"  Train first, or point save_dir at a run directory."
+        )
+    print(f"LOADING CHECKPOINT: {ckpt}")
+    state = load_checkpoint_file(ckpt)
+    Checkpoint.load_objects(to_load={"model": trainer.model}, checkpoint=state, strict=cfg.strict)
+    for key, obj in trainer.extra_to_save().items():
+        if key in state:
+            Checkpoint.load_objects(to_load={key: obj}, checkpoint={key: state[key]})
+        else:
+            warnings.warn(
+                f"{ckpt} has no '{key}'; evaluating with a freshly built '{key}'. This is "
+                f"expected for checkpoints written before extra_to_save() returned it.",
+                stacklevel=2,
+            )
+    return ckpt

@@ -1,0 +1,353 @@
+"""The launcher (CONTRACT 2.6): topology, rendezvous, spawning, and parallel configs."""
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from cli_fixtures import trainer as fixture_trainer
+from cli_fixtures.configs import make_config, write_config
+from ml_collections import config_dict
+
+from gatle_ignite.cli import launch
+from gatle_ignite.dispatch import ConfigError
+
+TESTS_DIR = Path(__file__).resolve().parent
+PORTS = range(49152, 65536)
+WORLD_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "ROLE_RANK")
+
+
+@pytest.fixture(autouse=True)
+def isolated(monkeypatch):
+    monkeypatch.syspath_prepend(str(TESTS_DIR))
+    monkeypatch.setattr(fixture_trainer, "CALLS", [])
+    # Registered so that whatever launch() exports is undone after each test.
+    for name in ("MASTER_ADDR", "MASTER_PORT"):
+        monkeypatch.delenv(name, raising=False)
+
+
+def _gpus(monkeypatch, count, cuda=None):
+    monkeypatch.setattr(launch.torch.cuda, "device_count", lambda: count)
+    available = count > 0 if cuda is None else cuda
+    monkeypatch.setattr(launch.torch.cuda, "is_available", lambda: available)
+
+
+def _cfg(**fields):
+    """A valid config whose process count is left to the launcher."""
+    return make_config(**{"nproc_per_node": None, **fields})
+
+
+class FakeParallel:
+    """Records how launch() would start ignite's workers, without starting any."""
+
+    instances = []
+
+    def __init__(self, **kwargs):
+        self.kwargs = kwargs
+        self.runs = []
+        FakeParallel.instances.append(self)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info):
+        return False
+
+    def run(self, fn, *args):
+        self.runs.append((fn, args))
+
+
+@pytest.fixture
+def parallel(monkeypatch):
+    monkeypatch.setattr(FakeParallel, "instances", [])
+    monkeypatch.setattr(launch.idist, "Parallel", FakeParallel)
+    return FakeParallel.instances
+
+
+# ----------------------------------------------------------------------------- run_task
+
+
+def test_run_task_fits_and_returns_what_fit_returns():
+    cfg = _cfg()
+    task = launch.run_task(3, cfg)
+    assert isinstance(task, fixture_trainer.Trainer) and task.local_rank == 3
+    assert [call[0] for call in fixture_trainer.CALLS] == ["fit"]
+
+
+@pytest.mark.parametrize("run", [True, False, None])
+def test_run_task_evaluates_whenever_run_is_present(run):
+    cfg = _cfg()
+    cfg.run = run
+    task = launch.run_task(0, cfg)
+    assert isinstance(task, fixture_trainer.Trainer)
+    assert [call[0] for call in fixture_trainer.CALLS] == ["evaluate"]
+
+
+def test_run_task_names_the_main_runner_field():
+    with pytest.raises(ConfigError, match="config field 'main_runner'"):
+        launch.run_task(0, _cfg(main_runner="cli_fixtures.components"))
+
+
+# ----------------------------------------------------------------------------- topology
+
+
+@pytest.mark.parametrize(
+    "gpus, fields, expected",
+    [
+        (0, {}, (1, 1, 0)),
+        (4, {}, (4, 1, 0)),
+        (4, {"nproc_per_node": 2}, (2, 1, 0)),
+        (0, {"nproc_per_node": 2}, (2, 1, 0)),
+        (0, {"nnodes": 3, "node_rank": 2}, (1, 3, 2)),
+        (0, {"nnodes": None, "node_rank": None}, (1, 1, 0)),
+    ],
+)
+def test_resolve_topology(monkeypatch, gpus, fields, expected):
+    _gpus(monkeypatch, gpus)
+    assert launch.resolve_topology(_cfg(**fields)) == expected
+
+
+def test_resolve_topology_defaults_for_fields_a_config_lacks(monkeypatch):
+    _gpus(monkeypatch, 2)
+    assert launch.resolve_topology(config_dict.ConfigDict()) == (2, 1, 0)
+
+
+def test_nnodes_zero_is_refused(monkeypatch):
+    _gpus(monkeypatch, 0)
+    with pytest.raises(ConfigError, match="nnodes must be >= 1, got 0"):
+        launch.resolve_topology(_cfg(nnodes=0))
+
+
+@pytest.mark.parametrize("node_rank", [2, -1])
+def test_node_rank_out_of_range_is_refused(monkeypatch, node_rank):
+    _gpus(monkeypatch, 0)
+    with pytest.raises(
+        ConfigError, match=f"node_rank must be in 0..1 for nnodes=2, got {node_rank}"
+    ):
+        launch.resolve_topology(_cfg(nnodes=2, node_rank=node_rank))
+
+
+@pytest.mark.parametrize("nproc", [0, -2])
+def test_nproc_per_node_below_one_is_refused(monkeypatch, nproc):
+    _gpus(monkeypatch, 4)
+    with pytest.raises(ConfigError, match=f"nproc_per_node must be >= 1, got {nproc}"):
+        launch.resolve_topology(_cfg(nproc_per_node=nproc))
+
+
+# ----------------------------------------------------------------------------- rendezvous
+
+
+def test_config_beats_environment(monkeypatch):
+    monkeypatch.setenv("MASTER_ADDR", "10.0.0.9")
+    monkeypatch.setenv("MASTER_PORT", "1234")
+    cfg = _cfg(master_addr="10.0.0.1", master_port=29500)
+    assert launch.resolve_rendezvous(cfg, 1) == ("10.0.0.1", 29500)
+    assert launch.resolve_rendezvous(cfg, 2) == ("10.0.0.1", 29500)
+
+
+def test_environment_is_used_when_config_is_silent(monkeypatch):
+    monkeypatch.setenv("MASTER_ADDR", "10.0.0.9")
+    monkeypatch.setenv("MASTER_PORT", "1234")
+    assert launch.resolve_rendezvous(_cfg(), 1) == ("10.0.0.9", 1234)
+
+
+def test_defaults_are_localhost_and_a_random_high_port():
+    addr, port = launch.resolve_rendezvous(_cfg(), 1)
+    assert addr == "127.0.0.1"
+    assert isinstance(port, int) and port in PORTS
+
+
+@pytest.mark.parametrize("addr", [None, "127.0.0.1", "localhost"])
+def test_multi_node_refuses_a_local_address(addr):
+    with pytest.raises(ConfigError, match="unrelated models") as info:
+        launch.resolve_rendezvous(_cfg(master_addr=addr, master_port=29500), 2)
+    assert "MASTER_ADDR" in str(info.value)
+
+
+def test_multi_node_refuses_a_missing_port():
+    with pytest.raises(ConfigError, match="master_port"):
+        launch.resolve_rendezvous(_cfg(master_addr="10.0.0.1"), 3)
+
+
+# ----------------------------------------------------------------------------- backend / kwargs
+
+
+@pytest.mark.parametrize(
+    "backend, cuda, expected",
+    [("nccl", False, "gloo"), ("nccl", True, "nccl"), ("gloo", True, "gloo")],
+)
+def test_resolve_backend(monkeypatch, backend, cuda, expected):
+    _gpus(monkeypatch, 0, cuda=cuda)
+    assert launch._resolve_backend(_cfg(dist_backend=backend)) == expected
+
+
+def test_parallel_kwargs():
+    assert launch._parallel_kwargs(1, 0, "127.0.0.1", 50000) == {
+        "master_addr": "127.0.0.1",
+        "master_port": 50000,
+    }
+    assert launch._parallel_kwargs(3, 1, "10.0.0.1", 29500) == {
+        "master_addr": "10.0.0.1",
+        "master_port": 29500,
+        "nnodes": 3,
+        "node_rank": 1,
+    }
+
+
+# ----------------------------------------------------------------------------- launch
+
+
+def test_multi_node_launch_worked_example(monkeypatch, parallel):
+    _gpus(monkeypatch, 0)
+    monkeypatch.setattr(launch, "run_task", lambda local_rank, cfg: pytest.fail("not here"))
+    cfg = _cfg(nproc_per_node=2, nnodes=3, node_rank=1, master_addr="10.0.0.1", master_port=29500)
+    assert launch.launch(cfg) is None
+    [instance] = parallel
+    assert instance.kwargs == {
+        "backend": "gloo",
+        "nproc_per_node": 2,
+        "nnodes": 3,
+        "node_rank": 1,
+        "master_addr": "10.0.0.1",
+        "master_port": 29500,
+    }
+    # The patched run_task is the one handed to the workers.
+    assert instance.runs == [(launch.run_task, (cfg,))]
+    assert (os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"]) == ("10.0.0.1", "29500")
+
+
+def test_single_node_multi_process_launch(monkeypatch, parallel):
+    _gpus(monkeypatch, 0)
+    cfg = _cfg(nproc_per_node=2)
+    launch.launch(cfg)
+    [instance] = parallel
+    assert instance.kwargs == {
+        "backend": "gloo",
+        "nproc_per_node": 2,
+        "master_addr": "127.0.0.1",
+        "master_port": int(os.environ["MASTER_PORT"]),
+    }
+    assert int(os.environ["MASTER_PORT"]) in PORTS
+    assert os.environ["MASTER_ADDR"] == "127.0.0.1"
+    assert instance.runs == [(launch.run_task, (cfg,))]
+
+
+def test_gpus_decide_the_process_count(monkeypatch, parallel):
+    _gpus(monkeypatch, 4)
+    launch.launch(_cfg())
+    assert parallel[0].kwargs["nproc_per_node"] == 4
+    assert parallel[0].kwargs["backend"] == "nccl"
+
+
+def test_single_process_runs_in_place(monkeypatch, parallel):
+    _gpus(monkeypatch, 0)
+    monkeypatch.setenv("MASTER_PORT", "4321")
+    seen = []
+    monkeypatch.setattr(launch, "run_task", lambda local_rank, cfg: seen.append(local_rank) or cfg)
+    cfg = _cfg()
+    assert launch.launch(cfg) is cfg
+    assert seen == [0] and parallel == []
+    assert (os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"]) == ("127.0.0.1", "4321")
+
+
+def test_launch_refuses_a_bad_topology_before_starting(monkeypatch, parallel):
+    _gpus(monkeypatch, 0)
+    with pytest.raises(ConfigError, match="unrelated models"):
+        launch.launch(_cfg(nnodes=2, master_port=29500))
+    assert parallel == []
+
+
+# ----------------------------------------------------------------------------- launch_many
+
+
+def _config_stem(command):
+    return Path(command[4].split("=", 1)[1]).stem
+
+
+class FakeChild:
+    """What launch_many uses of a Popen: an iterable ``stdout`` and ``wait()``."""
+
+    def __init__(self, command, returncode, **kwargs):
+        self.command = command
+        self.kwargs = kwargs
+        self.returncode = returncode
+        self.stdout = iter([f"hello from {_config_stem(command)}\n", "done"])
+
+    def wait(self):
+        return self.returncode
+
+
+@pytest.fixture
+def fake_popen(monkeypatch):
+    """Patch subprocess.Popen; children whose config stem starts with ``bad`` exit 1."""
+    children = []
+
+    def popen(command, **kwargs):
+        child = FakeChild(command, 1 if _config_stem(command).startswith("bad") else 0, **kwargs)
+        children.append(child)
+        return child
+
+    monkeypatch.setattr(launch.subprocess, "Popen", popen)
+    return children
+
+
+def _launched_ports(out):
+    return [int(port) for port in re.findall(r"^Launching: .* \(MASTER_PORT=(\d+)\)$", out, re.M)]
+
+
+def test_forty_configs_get_forty_distinct_ports(fake_popen, capsys, monkeypatch):
+    for name in WORLD_VARS:
+        monkeypatch.setenv(name, "3")
+    monkeypatch.setenv("KEEP_ME", "yes")
+    paths = [f"configs/cfg_{i:02d}.py" for i in range(40)]
+    assert launch.launch_many(paths, ["--override=max_epochs=1"]) == 0
+    out = capsys.readouterr().out
+    ports = _launched_ports(out)
+    assert len(ports) == 40 and len(set(ports)) == 40
+    assert all(port in PORTS for port in ports)
+    for path, port, child in zip(paths, ports, fake_popen):
+        assert f"Launching: {path} (MASTER_PORT={port})" in out
+        assert child.command == [
+            sys.executable,
+            "-m",
+            "gatle_ignite",
+            "train",
+            f"--config={path}",
+            "--override=max_epochs=1",
+        ]
+        env = child.kwargs.pop("env")
+        assert child.kwargs == {
+            "stdout": subprocess.PIPE,
+            "stderr": subprocess.STDOUT,
+            "text": True,
+            "bufsize": 1,
+        }
+        assert env["MASTER_PORT"] == str(port) and env["MASTER_ADDR"] == "127.0.0.1"
+        assert env["KEEP_ME"] == "yes"
+        assert not set(WORLD_VARS) & set(env)
+    assert "[cfg_07] hello from cfg_07\n" in out and "[cfg_39] done\n" in out
+    assert out.endswith("\n\nAll configs completed successfully.\n")
+
+
+def test_failed_children_are_named(fake_popen, capsys):
+    assert launch.launch_many(["ok_1.py", "bad_a.py", "x/ok_2.py", "y/bad_b.py"]) == 1
+    out = capsys.readouterr().out
+    assert out.endswith("\n\nFailed configs: bad_a, bad_b\n")
+    assert "All configs completed successfully." not in out
+    assert fake_popen[0].command[5:] == []
+
+
+def test_real_children_fail_fast_and_succeed(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("PYTHONPATH", str(TESTS_DIR))
+    bad = write_config(tmp_path, "cfg_bad", complete=False, name="bad")
+    ok = write_config(tmp_path, "cfg_ok")
+    code = launch.launch_many([str(bad), str(ok)], ["--override=max_epochs=3"])
+    out = capsys.readouterr().out
+    assert code == 1, out
+    ports = _launched_ports(out)
+    assert len(set(ports)) == 2
+    assert "[cfg_bad] config error: " in out
+    assert "[cfg_ok] fixture fit: max_epochs=3" in out
+    assert out.endswith("\n\nFailed configs: cfg_bad\n")
