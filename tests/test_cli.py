@@ -110,10 +110,13 @@ def test_help_lists_the_usage_forms(capsys):
 
 def test_init_dispatches_to_init_project(monkeypatch):
     seen = []
+
+    def init_project(name, directory=".", force=False):
+        seen.append((name, directory, force))
+        return 0
+
     fake = types.ModuleType("gatle_ignite.cli.init")
-    fake.init_project = lambda name, directory=".", force=False: (
-        seen.append((name, directory, force)) or 0
-    )
+    fake.init_project = init_project
     monkeypatch.setitem(sys.modules, "gatle_ignite.cli.init", fake)
     path_before = list(sys.path)
     assert main(["init", "proj", "--dir", "somewhere", "--force"]) == 0
@@ -242,9 +245,12 @@ def test_eval_refuses_several_configs(tmp_path, capsys, monkeypatch):
 
 def test_train_several_configs_fans_out_without_loading_them(monkeypatch):
     seen = []
-    monkeypatch.setattr(
-        launch, "launch_many", lambda paths, extra: seen.append((paths, extra)) or 1
-    )
+
+    def launch_many(paths, extra_args):
+        seen.append((paths, extra_args))
+        return 1
+
+    monkeypatch.setattr(launch, "launch_many", launch_many)
     monkeypatch.setattr(launch, "launch", lambda cfg: pytest.fail("parent must not train"))
     argv = ["train", "--config=nowhere_a.py, nowhere_b.py", "--override", "max_epochs=1"]
     assert main([*argv, "--override", "train_length=2"]) == 1

@@ -245,7 +245,12 @@ def test_single_process_runs_in_place(monkeypatch, parallel):
     _gpus(monkeypatch, 0)
     monkeypatch.setenv("MASTER_PORT", "4321")
     seen = []
-    monkeypatch.setattr(launch, "run_task", lambda local_rank, cfg: seen.append(local_rank) or cfg)
+
+    def run_task(local_rank, cfg):
+        seen.append(local_rank)
+        return cfg
+
+    monkeypatch.setattr(launch, "run_task", run_task)
     cfg = _cfg()
     assert launch.launch(cfg) is cfg
     assert seen == [0] and parallel == []

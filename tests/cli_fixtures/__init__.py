@@ -1,1 +1,1 @@
-"""Tiny modules that test configs name as dotted paths (importable once ``tests/`` is on sys.path)."""
+"""Tiny modules that test configs name as dotted paths (``tests/`` must be on sys.path)."""

@@ -1,14 +1,19 @@
 """Logging: fan the engines' metrics out to the sinks named in ``cfg.logger_name``."""
 
+import importlib
+import warnings
+
 import ignite.distributed as idist
 import torch
 from ignite.engine import Events
 
-from gatle_ignite.dispatch import import_entrypoint
+from gatle_ignite.callbacks.run_record import write_config_json
+from gatle_ignite.dispatch import ConfigError, import_entrypoint
 
-__all__ = ["BUILTIN_BACKENDS", "NOT_A_BACKEND", "Backend", "LoggingCallback"]
+__all__ = ["BUILTIN_BACKENDS", "NOT_A_BACKEND", "Backend", "LoggingCallback", "import_extra"]
 
-BUILTIN_BACKENDS = ("text", "wandb", "discord")
+# The 0.4 names first; each optional one is also the name of the extra that installs it.
+BUILTIN_BACKENDS = ("text", "wandb", "discord", "tensorboard", "csv", "mlflow")
 # Entries of logger_name that are trainer flags, not sinks.
 NOT_A_BACKEND = ("pbar",)
 
@@ -27,6 +32,18 @@ class Backend:
 
     def finish(self, failed=False):
         pass
+
+
+def import_extra(module: str, backend: str):
+    """Import the package behind built-in ``backend``, or say which extra installs it."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as err:
+        raise ConfigError(
+            f"logger_name names {backend!r}, but its package is not installed ({err}).\n"
+            f'  Install it with `pip install "gatle-ignite[{backend}]"`, or drop {backend!r} '
+            "from logger_name."
+        ) from err
 
 
 def _scalar(value):
@@ -68,11 +85,18 @@ class LoggingCallback:
     def start(self):
         if idist.get_rank() != 0:
             return self
-        for name in self.cfg.logger_name:
-            if name in NOT_A_BACKEND:
-                continue
-            backend_cls = import_entrypoint(_backend_path(name), "Backend", field="logger_name")
-            self.backends.append(backend_cls(self.cfg))
+        if self.cfg.get("save_dir"):
+            write_config_json(self.cfg)
+        try:
+            for name in self.cfg.logger_name:
+                if name in NOT_A_BACKEND:
+                    continue
+                backend_cls = import_entrypoint(_backend_path(name), "Backend", field="logger_name")
+                self.backends.append(backend_cls(self.cfg))
+        except BaseException:
+            # The sinks already built (an open W&B or MLflow run) must not outlive the error.
+            self.finish(failed=True)
+            raise
         return self
 
     def _log(self, metrics, step=None, epoch=None):
@@ -115,6 +139,18 @@ class LoggingCallback:
                 print(f"TRAINING COMPLETE after {engine.state.epoch} epochs")
 
     def finish(self, failed=False):
+        """Finish every backend, even when one of them raises, then forget them all."""
+        errors = []
         for backend in self.backends:
-            backend.finish(failed=failed)
+            try:
+                backend.finish(failed=failed)
+            except Exception as err:
+                errors.append((type(backend).__module__, err))
         self.backends = []
+        # After a crash the crash is what propagates; a clean run surfaces the first error.
+        raised = errors[0][1] if errors and not failed else None
+        for module, err in errors:
+            if err is not raised:
+                warnings.warn(f"logging backend {module!r} did not finish cleanly: {err!r}")
+        if raised is not None:
+            raise raised

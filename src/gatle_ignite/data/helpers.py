@@ -150,7 +150,9 @@ def build_dataloader(
     """
     if sampler is None:
         sampler = _build_sampler(dataset, ds_params)
-    if ds_params.get("exact_sharding") and idist.get_world_size() > 1:
+    # An iterable dataset has no length to split, so it takes the normal path.
+    exact = ds_params.get("exact_sharding") and isinstance(dataset, Sized)
+    if exact and idist.get_world_size() > 1:
         if sampler is None:
             return _build_exact_sharded_loader(dataset, ds_params)
         warnings.warn(

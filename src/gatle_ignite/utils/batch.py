@@ -1,7 +1,9 @@
 """Batch helpers: move nested batches to the run's device, and read values by key or path."""
 
+from collections.abc import Mapping
+
 import ignite.distributed as idist
-from ignite.utils import convert_tensor
+import torch
 
 from gatle_ignite.dispatch import ConfigError
 
@@ -9,8 +11,24 @@ __all__ = ["get_value", "to_device"]
 
 
 def to_device(batch, device=None, non_blocking=True):
-    """Move every tensor of a nested dict / list / tuple to ``device`` (the run's by default)."""
-    return convert_tensor(batch, device=device or idist.device(), non_blocking=non_blocking)
+    """Move every tensor of a nested dict / list / tuple to ``device`` (the run's by default).
+
+    Anything else (ints, strings, None, objects) is returned untouched.
+    """
+    device = device or idist.device()
+
+    def move(value):
+        if torch.is_tensor(value):
+            return value.to(device=device, non_blocking=non_blocking)
+        if isinstance(value, Mapping):
+            return type(value)({key: move(item) for key, item in value.items()})
+        if isinstance(value, tuple) and hasattr(value, "_fields"):
+            return type(value)(*(move(item) for item in value))
+        if isinstance(value, (list, tuple)):
+            return type(value)(move(item) for item in value)
+        return value
+
+    return move(batch)
 
 
 def get_value(container, name):

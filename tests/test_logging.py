@@ -1,0 +1,106 @@
+"""The logging core: which backends exist, what reaches them, and when they are finished."""
+
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from gatle_ignite import ConfigError
+from gatle_ignite.callbacks import logging as logging_module
+from gatle_ignite.callbacks.logging import LoggingCallback, _flatten
+from tests.toy import recording_backend
+from tests.toy.trainer import Trainer
+
+RECORDING = "tests.toy.recording_backend"
+
+
+@pytest.fixture(autouse=True)
+def _clear_recordings():
+    for store in (recording_backend.LOGGED, recording_backend.WATCHED, recording_backend.FINISHED):
+        store.clear()
+
+
+def test_pbar_is_a_flag_not_a_backend(make_cfg):
+    callback = LoggingCallback(make_cfg(logger_name=["pbar", RECORDING])).start()
+    assert len(callback.backends) == 1
+
+
+def test_builtin_short_names_resolve_and_a_misspelt_one_names_the_field(make_cfg):
+    assert type(LoggingCallback(make_cfg(logger_name=["text"])).start().backends[0]).__module__ == (
+        "gatle_ignite.callbacks.backends.text"
+    )
+    with pytest.raises(ConfigError, match="logger_name"):
+        LoggingCallback(make_cfg(logger_name=["txt"])).start()
+
+
+def test_other_ranks_build_no_backend(make_cfg, monkeypatch):
+    monkeypatch.setattr(logging_module.idist, "get_rank", lambda: 1)
+    assert LoggingCallback(make_cfg(logger_name=[RECORDING])).start().backends == []
+
+
+def test_flatten_spreads_dicts_drops_summaries_and_makes_scalars():
+    flat = _flatten(
+        {
+            "valid/acc": torch.tensor(0.5),
+            "valid/cm": torch.tensor([1, 2]),
+            "valid/per": {"a": torch.tensor([3.0]), "b": 4},
+            "valid/summary_table": "x",
+        }
+    )
+    assert flat == {"valid/acc": 0.5, "valid/cm": [1, 2], "valid/per_a": 3.0, "valid/per_b": 4}
+
+
+def test_a_run_logs_epochs_lr_and_eval_metrics_then_finishes_cleanly(make_cfg):
+    cfg = make_cfg(max_epochs=2, logger_name=[RECORDING], log_every=2)
+    Trainer(0, cfg).fit()
+    logged = recording_backend.LOGGED
+    train = [(m, s, e) for m, s, e in logged if "train/loss_avg" in m]
+    assert [(s, e) for _, s, e in train] == [(None, 1), (None, 2)]
+    lrs = [(s, e) for m, s, e in logged if "train/lr_0" in m]
+    assert lrs == [(2, 1), (4, 1), (6, 2), (8, 2)]
+    valid = [e for m, _, e in logged if "valid/acc" in m]
+    assert valid == [1, 2]
+    assert recording_backend.FINISHED == [False]
+
+
+def test_watch_grad_watches_once_and_logs_the_gradient_norm(make_cfg):
+    cfg = make_cfg(max_epochs=1, logger_name=[RECORDING], log_every=1, watch_grad=True)
+    task = Trainer(0, cfg)
+    task.fit()
+    assert recording_backend.WATCHED == [task.model]
+    norms = [m["train/grad_norm"] for m, _, _ in recording_backend.LOGGED if "train/grad_norm" in m]
+    assert len(norms) == 4 and all(n > 0 for n in norms)
+
+
+def test_an_early_stop_is_a_clean_finish(make_cfg):
+    scripted = {"acc": {"cls_name": "tests.toy.scripted_metric", "params": {"values": [0.5]}}}
+    cfg = make_cfg(
+        max_epochs=10, logger_name=[RECORDING], early_stop_patience=1, val_metrics=scripted
+    )
+    task = Trainer(0, cfg)
+    task.fit()
+    assert task.engines["trainer"].state.epoch == 2
+    assert recording_backend.FINISHED == [False]
+
+
+def test_pbar_replaces_the_text_progress_lines(make_cfg, capsys):
+    Trainer(0, make_cfg(max_epochs=1, logger_name=["pbar"])).fit()
+    captured = capsys.readouterr()
+    assert " TRAIN epoch " not in captured.out
+    assert "[1/4]" in captured.err
+
+
+def test_a_text_only_run_imports_no_optional_backend(tmp_path):
+    code = (
+        "import sys; sys.path.insert(0, '.');"
+        "from tests.conftest import toy_config;"
+        "from tests.toy.trainer import Trainer;"
+        f"Trainer(0, toy_config(save_dir={str(tmp_path)!r}, logger_name=['text'])).fit();"
+        "bad = [m for m in ('wandb', 'requests', 'mlflow', 'tensorboard') if m in sys.modules];"
+        "print('OPTIONAL', bad)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
+    ).stdout
+    assert "OPTIONAL []" in out
