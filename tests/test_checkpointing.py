@@ -14,7 +14,8 @@ from tests.toy.trainer import Trainer
 
 
 def _files(save_dir):
-    return sorted(p.name for p in save_dir.iterdir()) if save_dir.exists() else []
+    """The checkpoint files in ``save_dir``."""
+    return sorted(p.name for p in save_dir.glob("*.pt"))
 
 
 def _scripted(values):

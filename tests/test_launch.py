@@ -356,3 +356,46 @@ def test_real_children_fail_fast_and_succeed(tmp_path, monkeypatch, capsys):
     assert "[cfg_bad] config error: " in out
     assert "[cfg_ok] fixture fit: max_epochs=3" in out
     assert out.endswith("\n\nFailed configs: cfg_bad\n")
+
+
+@pytest.mark.parametrize(
+    ("env", "expected"),
+    [
+        ({}, None),
+        ({"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0"}, "torchrun"),
+        ({"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0"}, None),
+        ({"SLURM_JOB_ID": "1", "SLURM_STEP_ID": "0", "SLURM_NTASKS": "4"}, "slurm"),
+        ({"SLURM_JOB_ID": "1", "SLURM_NTASKS": "4"}, None),
+        ({"SLURM_JOB_ID": "1", "SLURM_STEP_ID": "0", "SLURM_NTASKS": "1"}, None),
+    ],
+)
+def test_an_existing_world_is_recognised(monkeypatch, env, expected):
+    for key in list(os.environ):
+        if key.startswith("SLURM_") or key in ("RANK", "WORLD_SIZE", "LOCAL_RANK"):
+            monkeypatch.delenv(key)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    assert launch._existing_world() == expected
+
+
+def test_a_torchrun_rank_joins_its_world_and_keeps_its_rendezvous(monkeypatch, parallel):
+    for key, value in {"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1"}.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setenv("MASTER_PORT", "29555")
+    monkeypatch.setenv("SLURM_JOB_ID", "7")
+    seen = {}
+
+    class Recording(FakeParallel):
+        def __enter__(self):
+            seen["slurm_job_id"] = os.environ.get("SLURM_JOB_ID")
+            return self
+
+    monkeypatch.setattr(launch.idist, "Parallel", Recording)
+    with pytest.warns(UserWarning, match=r"\['master_port'\] from the config are ignored"):
+        launch.launch(_cfg(master_port=1234))
+    (instance,) = parallel
+    assert instance.kwargs == {"backend": "gloo"}
+    assert instance.runs == [(launch.run_task, (instance.runs[0][1][0],))]
+    assert os.environ["MASTER_PORT"] == "29555"
+    # Hidden while ignite builds the world, so it does not take its SLURM path; then restored.
+    assert seen["slurm_job_id"] is None and os.environ["SLURM_JOB_ID"] == "7"

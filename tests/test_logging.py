@@ -94,7 +94,7 @@ def test_pbar_replaces_the_text_progress_lines(make_cfg, capsys):
 def test_a_text_only_run_imports_no_optional_backend(tmp_path):
     code = (
         "import sys; sys.path.insert(0, '.');"
-        "from tests.conftest import toy_config;"
+        "from tests.toy.config import toy_config;"
         "from tests.toy.trainer import Trainer;"
         f"Trainer(0, toy_config(save_dir={str(tmp_path)!r}, logger_name=['text'])).fit();"
         "bad = [m for m in ('wandb', 'requests', 'mlflow', 'tensorboard') if m in sys.modules];"

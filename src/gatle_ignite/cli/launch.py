@@ -4,11 +4,13 @@
 through this module's attributes at call time, so users and tests can patch them.
 """
 
+import contextlib
 import os
 import random
 import subprocess
 import sys
 import threading
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Optional, Union
@@ -117,20 +119,73 @@ def _parallel_kwargs(nnodes: int, node_rank: int, addr: str, port: int) -> dict[
     return kwargs
 
 
+def _existing_world() -> Optional[str]:
+    """``"torchrun"`` or ``"slurm"`` when another launcher already started this rank's world.
+
+    torchrun (and torch.distributed.launch) export RANK, WORLD_SIZE and LOCAL_RANK; a SLURM
+    job step started by ``srun`` has a step id and more than one task.
+    """
+    env = os.environ
+    if all(key in env for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK")):
+        if int(env["WORLD_SIZE"]) > 1:
+            return "torchrun"
+    if "SLURM_JOB_ID" in env and "SLURM_STEP_ID" in env and int(env.get("SLURM_NTASKS", 1)) > 1:
+        return "slurm"
+    return None
+
+
+@contextlib.contextmanager
+def _hidden_from_ignite(*names: str):
+    """Hide environment variables while ignite builds the world.
+
+    ignite takes the SLURM path whenever SLURM_JOB_ID is set, which refuses the ranks that
+    spawning assigns and conflicts with a torchrun world inside an allocation.
+    """
+    saved = {name: os.environ.pop(name) for name in names if name in os.environ}
+    try:
+        yield
+    finally:
+        os.environ.update(saved)
+
+
+def _warn_if_topology_ignored(cfg: config_dict.ConfigDict, world: str) -> None:
+    ignored = [k for k in ("nproc_per_node", "master_addr", "master_port") if cfg.get(k, None)]
+    if (cfg.get("nnodes", 1) or 1) > 1:
+        ignored.append("nnodes")
+    if ignored:
+        warnings.warn(
+            f"this process is one rank of a world {world} started, so that world's size and "
+            f"rendezvous are used and {ignored} from the config are ignored.\n"
+            f"  Set the topology on the {world} command line instead.",
+            stacklevel=3,
+        )
+
+
+def _join(cfg: config_dict.ConfigDict, world: str) -> None:
+    _warn_if_topology_ignored(cfg, world)
+    hidden = () if world == "slurm" else ("SLURM_JOB_ID",)
+    with _hidden_from_ignite(*hidden), idist.Parallel(backend=_resolve_backend(cfg)) as parallel:
+        parallel.run(run_task, cfg)
+
+
 def launch(cfg: config_dict.ConfigDict):
-    """Run the config here: directly for one process, else through ``idist.Parallel``."""
+    """Run the config here: join a world torchrun or srun started, run directly for one
+    process, or spawn this node's workers through ``idist.Parallel``."""
+    world = _existing_world()
+    if world is not None:
+        return _join(cfg, world)
     nproc, nnodes, node_rank = resolve_topology(cfg)
     addr, port = resolve_rendezvous(cfg, nnodes)
     os.environ["MASTER_PORT"] = str(port)
     os.environ["MASTER_ADDR"] = addr
     if nproc * nnodes <= 1:
         return run_task(0, cfg)
-    with idist.Parallel(
-        backend=_resolve_backend(cfg),
-        nproc_per_node=nproc,
-        **_parallel_kwargs(nnodes, node_rank, addr, port),
-    ) as parallel:
-        parallel.run(run_task, cfg)
+    parallel_kwargs = _parallel_kwargs(nnodes, node_rank, addr, port)
+    with _hidden_from_ignite("SLURM_JOB_ID"):
+        with idist.Parallel(
+            backend=_resolve_backend(cfg), nproc_per_node=nproc, **parallel_kwargs
+        ) as parallel:
+            parallel.run(run_task, cfg)
     return None
 
 
@@ -138,6 +193,8 @@ def _child_env(port: int) -> dict[str, str]:
     env = {key: value for key, value in os.environ.items() if key not in _INHERITED_WORLD_VARS}
     env["MASTER_PORT"] = str(port)
     env["MASTER_ADDR"] = "127.0.0.1"
+    # Children write to a pipe; unbuffered, their lines reach the parent as they happen.
+    env["PYTHONUNBUFFERED"] = "1"
     return env
 
 

@@ -4,6 +4,7 @@ import ignite.distributed as idist
 import torch
 
 from gatle_ignite.dispatch import ConfigError
+from gatle_ignite.utils.dist import rank_zero_print
 
 __all__ = [
     "check_build_model_override",
@@ -70,9 +71,11 @@ def resolve_compile(cfg) -> bool:
         return bool(value)
     device_type = idist.device().type
     if device_type == "cpu":
-        print("[compile] auto -> OFF (no accelerator; compiling CPU training rarely pays)")
+        rank_zero_print(
+            "[compile] auto -> OFF (no accelerator; compiling CPU training rarely pays)"
+        )
         return False
-    print(f"[compile] auto -> ON ({device_type}, torch {torch.__version__})")
+    rank_zero_print(f"[compile] auto -> ON ({device_type}, torch {torch.__version__})")
     return True
 
 
@@ -80,7 +83,7 @@ def compile_built_model(model, cfg) -> bool:
     """Compile the freshly built model when the config asks; returns the decision."""
     compiling = resolve_compile(cfg)
     if compiling and cfg.get("compile", None) == _AUTO and _would_be_skipped(model):
-        print(
+        rank_zero_print(
             f"[compile] auto -> OFF ({type(model).__name__} is defined inside torch, so dynamo "
             f"would skip it and compile nothing)"
         )

@@ -26,6 +26,7 @@ from gatle_ignite.trainer.checkpointing import (
 )
 from gatle_ignite.trainer.specs import EVAL_SPECS, TRAIN_SPEC
 from gatle_ignite.utils.amp import autocast_device_type, resolve_amp_dtype
+from gatle_ignite.utils.dist import rank_zero_print
 from gatle_ignite.utils.seed import setup_seed
 
 try:
@@ -357,9 +358,8 @@ class BaseTrainer:
             metrics = self.run_eval_engine(spec)
             if metrics:
                 results.update(metrics)
-        if idist.get_rank() == 0:
-            for name, value in results.items():
-                print(f"{name}: {value}")
+        for name, value in results.items():
+            rank_zero_print(f"{name}: {value}")
         return results
 
     def teardown(self, failed=False):
@@ -426,9 +426,8 @@ class BaseTrainer:
             cfg.optimizer_name, "get_optimizer", field="optimizer_name"
         )
         self.optimizer = get_optimizer(self.model, **(cfg.optimizer_params or {}))
-        if idist.get_rank() == 0:
-            trainable = sum(p.numel() for p in self.model.parameters() if p.requires_grad)
-            print(f"MODEL: {trainable:,} trainable parameters")
+        trainable = sum(p.numel() for p in self.model.parameters() if p.requires_grad)
+        rank_zero_print(f"MODEL: {trainable:,} trainable parameters")
         # Only fp16 needs a GradScaler: bf16 has fp32's exponent range.
         if self.dtype == torch.float16 and torch.cuda.is_available():
             self.scaler = torch.amp.GradScaler("cuda")

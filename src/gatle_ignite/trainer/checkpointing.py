@@ -17,6 +17,7 @@ from gatle_ignite.utils.checkpoints import (
     load_weights,
     resolve_eval_checkpoint,
 )
+from gatle_ignite.utils.dist import rank_zero_print
 
 __all__ = [
     "attach_checkpoints",
@@ -155,7 +156,7 @@ def load_checkpoints(trainer) -> bool:
     cfg = trainer.cfg
     loaded = False
     if cfg.model_checkpoint_dir:
-        print(f"LOADING MODEL FROM: {cfg.model_checkpoint_dir}")
+        rank_zero_print(f"LOADING MODEL FROM: {cfg.model_checkpoint_dir}")
         load_weights(cfg.model_checkpoint_dir, trainer.model, strict=cfg.strict)
         loaded = True
     if cfg.resume:
@@ -167,7 +168,7 @@ def load_checkpoints(trainer) -> bool:
                 stacklevel=2,
             )
         else:
-            print(f"RESUMING FROM: {latest}")
+            rank_zero_print(f"RESUMING FROM: {latest}")
             _resume_from(trainer, load_checkpoint_file(latest))
             loaded = True
     return loaded
@@ -202,7 +203,7 @@ def load_eval_checkpoint(trainer):
             f"no {which!r} checkpoint found in {cfg.save_dir}\n"
             f"  Train first, or point save_dir at a run directory."
         )
-    print(f"LOADING CHECKPOINT: {ckpt}")
+    rank_zero_print(f"LOADING CHECKPOINT: {ckpt}")
     state = load_checkpoint_file(ckpt)
     Checkpoint.load_objects(to_load={"model": trainer.model}, checkpoint=state, strict=cfg.strict)
     for key, obj in trainer.extra_to_save().items():

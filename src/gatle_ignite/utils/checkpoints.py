@@ -8,6 +8,7 @@ from typing import Optional
 import torch
 
 from gatle_ignite.dispatch import ConfigError
+from gatle_ignite.utils.dist import rank_zero_print
 
 __all__ = [
     "BEST_SUFFIX",
@@ -122,7 +123,7 @@ def report_weight_match(state, wanted, source) -> None:
     wanted = list(wanted)
     matched = len(set(state) & set(wanted))
     if matched:
-        print(f"LOADED {matched}/{len(wanted)} tensors")
+        rank_zero_print(f"LOADED {matched}/{len(wanted)} tensors")
         return
     origin = source if isinstance(source, (str, Path)) else "an in-memory checkpoint"
     example_have = next(iter(state), None)

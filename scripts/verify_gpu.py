@@ -1,0 +1,139 @@
+"""GPU checks for gatle-ignite: one command, PASS/FAIL per check, on whatever GPUs are visible.
+
+    python scripts/verify_gpu.py            # from the repository root
+
+Checks: bf16 AMP (no GradScaler), fp16 AMP (a GradScaler), nccl training on this node, and
+cfg.compile=True training with a checkpoint round trip into an eager model. Each check trains the
+synthetic example briefly in a temporary directory. Exits 0 only when every check passed.
+"""
+
+import copy
+import sys
+import tempfile
+import traceback
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from gatle_ignite.cli.launch import launch  # noqa: E402
+from gatle_ignite.config.loader import load_config_from_file  # noqa: E402
+from gatle_ignite.utils.checkpoints import find_latest_checkpoint  # noqa: E402
+
+CONFIG = ROOT / "examples" / "synthetic" / "configs" / "synthetic_v0.py"
+
+
+def _config(save_dir, **fields):
+    cfg = load_config_from_file(CONFIG)
+    cfg.save_dir = str(save_dir)
+    cfg.max_epochs = 2
+    cfg.logger_name = []
+    for key, value in fields.items():
+        cfg[key] = value
+    return cfg
+
+
+def _trainer_cls():
+    from examples.synthetic.trainer.synthetic_trainer import Trainer
+
+    return Trainer
+
+
+def check_bf16(tmp):
+    task = _trainer_cls()(0, _config(tmp, amp_dtype="bf16"))
+    task.fit()
+    loss = task.engines["trainer"].state.metrics["train/loss_avg"]
+    assert task.dtype == torch.bfloat16 and task.autocast_enabled, (task.dtype, "autocast off")
+    assert task.scaler is None, "bf16 must not create a GradScaler"
+    assert task.device.type == "cuda", task.device
+    assert loss == loss and loss < 2.3, f"train/loss_avg {loss}"
+    return f"loss {loss:.3f}, no GradScaler"
+
+
+def check_fp16(tmp):
+    task = _trainer_cls()(0, _config(tmp, amp_dtype="fp16"))
+    task.fit()
+    loss = task.engines["trainer"].state.metrics["train/loss_avg"]
+    assert isinstance(task.scaler, torch.amp.GradScaler), "fp16 must create a GradScaler"
+    state = torch.load(find_latest_checkpoint(tmp), weights_only=True)
+    assert "scaler" in state, "the GradScaler state is not checkpointed"
+    assert loss == loss and loss < 2.3, f"train/loss_avg {loss}"
+    return f"loss {loss:.3f}, GradScaler scale {task.scaler.get_scale():.0f}"
+
+
+def check_nccl(tmp):
+    gpus = torch.cuda.device_count()
+    cfg = _config(tmp, dist_backend="nccl", nproc_per_node=min(gpus, 2))
+    if gpus < 2:
+        # One GPU: still bring up an nccl world (of one rank) through ignite.
+        import ignite.distributed as idist
+
+        from gatle_ignite.cli.launch import run_task
+
+        with idist.Parallel(backend="nccl", nproc_per_node=1) as parallel:
+            parallel.run(run_task, cfg)
+    else:
+        launch(cfg)
+    latest = find_latest_checkpoint(tmp)
+    assert latest is not None and latest.name == "latest_epoch_checkpoint_2.pt", latest
+    keys = torch.load(latest, weights_only=True)["model"].keys()
+    assert not [k for k in keys if k.startswith("module.")], "DDP prefix leaked into the checkpoint"
+    return f"{min(gpus, 2)} rank(s), checkpoint {latest.name}"
+
+
+def check_compile(tmp):
+    cfg = _config(tmp, compile=True)
+    task = _trainer_cls()(0, cfg)
+    task.fit()
+    trained = task.engines["evaluator"].state.metrics["valid/acc"]
+    state = torch.load(find_latest_checkpoint(tmp), weights_only=True)
+    assert not [k for k in state["model"] if "_orig_mod" in k], "_orig_mod. in the checkpoint"
+    eager = copy.deepcopy(cfg)
+    eager.compile = False
+    eager.run = True
+    eager.load_from_ckpt = "latest"
+    evaluated = _trainer_cls()(0, eager).evaluate()["valid/acc"]
+    assert abs(evaluated - trained) < 1e-6, (evaluated, trained)
+    resumed = copy.deepcopy(cfg)
+    resumed.resume = True
+    resumed.max_epochs = 3
+    again = _trainer_cls()(0, resumed)
+    again.fit()
+    assert again.engines["trainer"].state.epoch == 3
+    return f"valid/acc {trained:.4f} compiled, {evaluated:.4f} eager from its checkpoint"
+
+
+CHECKS = {
+    "bf16 AMP": check_bf16,
+    "fp16 AMP + GradScaler": check_fp16,
+    "nccl training": check_nccl,
+    "compile + checkpoint round trip": check_compile,
+}
+
+
+def main() -> int:
+    if not torch.cuda.is_available():
+        print("FAIL no CUDA device is visible: run this on a GPU machine")
+        return 2
+    print(
+        f"torch {torch.__version__}, {torch.cuda.device_count()} GPU(s): "
+        f"{torch.cuda.get_device_name(0)}"
+    )
+    failed = 0
+    for name, check in CHECKS.items():
+        with tempfile.TemporaryDirectory() as tmp:
+            try:
+                detail = check(Path(tmp))
+                print(f"PASS {name}: {detail}")
+            except Exception as error:  # a failed check must not stop the others
+                failed += 1
+                print(f"FAIL {name}: {error!r}")
+                traceback.print_exc()
+    print(f"{len(CHECKS) - failed} passed, {failed} failed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

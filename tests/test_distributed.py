@@ -1,0 +1,245 @@
+"""Real multi-process runs: 2 ranks on CPU with gloo, self-spawned, under torchrun and SLURM."""
+
+import json
+import os
+import random
+import re
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+from tests.conftest import ROOT
+from tests.toy.config import toy_config
+from tests.toy.trainer import Trainer
+
+# Each test starts real processes: slow, and bounded so that a hang fails instead of blocking.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
+
+TIMEOUT = 180
+GLOO = ["--override=dist_backend='gloo'", "--override=auto_model_params.sync_bn=False"]
+
+
+def _clean_env(**extra):
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "TORCHELASTIC"))}
+    for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_PORT"):
+        env.pop(key, None)
+    env.update(extra)
+    return env
+
+
+def _cli(*args, env=None):
+    started = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, "-m", "gatle_ignite", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        env=env or _clean_env(),
+    )
+    done.elapsed = time.monotonic() - started
+    return done
+
+
+def _write_config(path, **fields):
+    """A config file for the toy task with its probes, for a child process to load."""
+    fields.setdefault("main_runner", "tests.toy.dist_trainer")
+    path.write_text(
+        "from tests.toy.config import toy_config\n\n\n"
+        f"def get_config():\n    return toy_config(**{fields!r})\n"
+    )
+    return str(path)
+
+
+def _probes(save_dir):
+    return [json.loads((save_dir / f"probe_rank{r}.json").read_text()) for r in (0, 1)]
+
+
+def _ok(done):
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return done.stdout
+
+
+def test_two_processes_train_the_synthetic_task(tmp_path):
+    save_dir = tmp_path / "run"
+    out = _ok(
+        _cli(
+            "train",
+            "--config=examples/synthetic/configs/synthetic_v0.py",
+            "--override=nproc_per_node=2",
+            "--override=max_epochs=1",
+            f"--override=save_dir={str(save_dir)!r}",
+            "--override=main_runner='tests.toy.dist_trainer'",
+            *GLOO,
+        )
+    )
+    assert out.count("MODEL: ") == 1 and out.count("TRAINING COMPLETE after 1 epochs") == 1
+    assert out.count(" TRAIN epoch 1: ") == 10
+    for probe in _probes(save_dir):
+        # bs 64 is the total batch: 32 per rank; 2048 samples give each rank 32 batches.
+        assert probe["train_batches"] == [32] * 32
+        # The 512 validation samples are sharded exactly: 256 per rank.
+        assert probe["eval_batches"] == [32] * 8
+        assert probe["train_sampler"] == "DistributedSampler"
+        assert probe["world_size"] == 2
+    assert (save_dir / "latest_epoch_checkpoint_1.pt").exists()
+    assert list(save_dir.glob("valid_best_result_checkpoint_1_*.pt"))
+
+
+def _acc(out):
+    return float(re.search(r"^valid/acc: (\S+)$", out, re.M).group(1))
+
+
+def test_evaluating_an_uneven_split_on_two_ranks_gives_the_one_process_metric(tmp_path):
+    save_dir = tmp_path / "run"
+    fields = {"save_dir": str(save_dir), "valid_ds_params": {"n": 127, "bs": 16, "seed": 1}}
+    Trainer(0, toy_config(max_epochs=2, **fields)).fit()
+    config = _write_config(tmp_path / "cfg.py", main_runner="tests.toy.trainer", **fields)
+    one = _ok(_cli("eval", f"--config={config}", "--override=nproc_per_node=1", *GLOO))
+    two = _ok(_cli("eval", f"--config={config}", "--override=nproc_per_node=2", *GLOO))
+    assert two.count("valid/acc: ") == 1
+    assert _acc(two) == _acc(one)
+    assert 0.0 < _acc(one) < 1.0
+
+
+def test_accumulation_under_ddp_matches_one_process_and_all_reduces_once_per_window(tmp_path):
+    sgd = {
+        "optimizer_name": "gatle_ignite.optimizers.sgd",
+        "optimizer_params": {"lr": 0.1, "momentum": 0.0, "nesterov": False},
+        "max_epochs": 1,
+        "every_val": 0,
+        "save_ckpt": False,
+    }
+    reference = Trainer(
+        0, toy_config(save_dir=str(tmp_path / "ref"), train_ds_params={"n": 64, "bs": 32}, **sgd)
+    )
+    reference.fit()
+    save_dir = tmp_path / "ddp"
+    config = _write_config(
+        tmp_path / "cfg.py",
+        save_dir=str(save_dir),
+        train_ds_params={"n": 64, "bs": 16},
+        accum_steps=2,
+        **sgd,
+    )
+    _ok(_cli("train", f"--config={config}", "--override=nproc_per_node=2", *GLOO))
+    # 16 in total per micro-batch (8 per rank), windows of 2: one all-reduce per 32 samples.
+    assert [p["allreduce_calls"] for p in _probes(save_dir)] == [2, 2]
+    got = torch.load(save_dir / "final_weights.pt", weights_only=True)
+    for key, value in reference.model.state_dict().items():
+        assert torch.allclose(value, got[key], atol=1e-6), key
+
+
+def test_a_nan_loss_on_one_rank_stops_every_rank_at_that_iteration(tmp_path):
+    save_dir = tmp_path / "run"
+    config = _write_config(
+        tmp_path / "cfg.py",
+        save_dir=str(save_dir),
+        max_epochs=3,
+        fault_nan_rank=1,
+        fault_nan_from=3,
+    )
+    _ok(_cli("train", f"--config={config}", "--override=nproc_per_node=2", *GLOO))
+    assert [(p["epoch"], p["iteration"]) for p in _probes(save_dir)] == [(1, 3), (1, 3)]
+
+
+def test_a_crash_on_one_rank_ends_the_run_non_zero_with_its_traceback(tmp_path):
+    config = _write_config(
+        tmp_path / "cfg.py", save_dir=str(tmp_path / "run"), fault_crash_rank=1, fault_crash_at=2
+    )
+    done = _cli("train", f"--config={config}", "--override=nproc_per_node=2", *GLOO)
+    assert done.returncode != 0
+    assert "injected crash on rank 1 at iteration 2" in done.stdout + done.stderr
+    assert "Traceback" in done.stderr
+    assert done.elapsed < 120
+
+
+def test_launch_many_reports_the_failed_config(tmp_path):
+    good = _write_config(tmp_path / "good.py", save_dir=str(tmp_path / "good"), max_epochs=1)
+    bad = tmp_path / "bad.py"
+    bad.write_text(
+        "from gatle_ignite import base_config\n\n\ndef get_config():\n    return base_config()\n"
+    )
+    done = _cli("train", f"--config={good},{bad}")
+    assert done.returncode == 1, done.stdout
+    assert done.stdout.count("Launching: ") == 2
+    assert "[good] TRAINING COMPLETE after 1 epochs" in done.stdout
+    assert "[bad] " in done.stdout and "config error:" in done.stdout
+    assert done.stdout.rstrip().endswith("Failed configs: bad")
+
+
+def _free_port():
+    return random.randint(20000, 40000)
+
+
+def test_torchrun_is_joined_and_matches_the_self_spawned_run(tmp_path):
+    fields = {"max_epochs": 2, "train_ds_params": {"n": 64, "bs": 16, "shuffle": True}}
+    spawned_dir, torchrun_dir = tmp_path / "spawned", tmp_path / "torchrun"
+    spawned = _write_config(tmp_path / "spawned.py", save_dir=str(spawned_dir), **fields)
+    joined = _write_config(tmp_path / "joined.py", save_dir=str(torchrun_dir), **fields)
+    _ok(_cli("train", f"--config={spawned}", "--override=nproc_per_node=2", *GLOO))
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc_per_node=2",
+        f"--master_port={_free_port()}",
+        "-m",
+        "gatle_ignite",
+        "train",
+        f"--config={joined}",
+        *GLOO,
+    ]
+    done = subprocess.run(
+        command, cwd=ROOT, capture_output=True, text=True, timeout=TIMEOUT, env=_clean_env()
+    )
+    out = _ok(done)
+    assert out.count("MODEL: ") == 1 and out.count("TRAINING COMPLETE") == 1
+    assert sorted(p["env_rank"] for p in _probes(torchrun_dir)) == ["0", "1"]
+    assert [p["world_size"] for p in _probes(torchrun_dir)] == [2, 2]
+    a = torch.load(spawned_dir / "final_weights.pt", weights_only=True)
+    b = torch.load(torchrun_dir / "final_weights.pt", weights_only=True)
+    assert all(torch.allclose(a[k], b[k], atol=1e-6) for k in a)
+
+
+def test_an_srun_job_step_is_joined(tmp_path):
+    save_dir = tmp_path / "run"
+    config = _write_config(tmp_path / "cfg.py", save_dir=str(save_dir), max_epochs=1)
+    job_id = str(random.randint(10000, 99999))
+    ranks = []
+    for rank in (0, 1):
+        env = _clean_env(
+            SLURM_JOB_ID=job_id,
+            SLURM_STEP_ID="0",
+            SLURM_PROCID=str(rank),
+            SLURM_LOCALID=str(rank),
+            SLURM_NTASKS="2",
+            SLURM_JOB_NODELIST="localhost",
+            SLURM_JOB_NUM_NODES="1",
+        )
+        ranks.append(
+            subprocess.Popen(
+                [sys.executable, "-m", "gatle_ignite", "train", f"--config={config}", *GLOO],
+                cwd=ROOT,
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
+        )
+    outputs = [proc.communicate(timeout=TIMEOUT)[0] for proc in ranks]
+    assert [proc.returncode for proc in ranks] == [0, 0], outputs
+    assert [p["world_size"] for p in _probes(save_dir)] == [2, 2]
+    assert "MODEL: " in outputs[0] and "MODEL: " not in outputs[1]
+
+
+def test_spawning_inside_a_slurm_allocation_works(tmp_path):
+    """Under sbatch without srun, SLURM_JOB_ID is set but this process spawns its own ranks."""
+    save_dir = tmp_path / "run"
+    config = _write_config(tmp_path / "cfg.py", save_dir=str(save_dir), max_epochs=1)
+    env = _clean_env(SLURM_JOB_ID="4242", SLURM_NTASKS="1", SLURM_PROCID="0")
+    _ok(_cli("train", f"--config={config}", "--override=nproc_per_node=2", *GLOO, env=env))
+    assert [p["world_size"] for p in _probes(save_dir)] == [2, 2]

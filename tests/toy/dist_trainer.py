@@ -1,0 +1,80 @@
+"""The toy trainer with probes for multi-process tests.
+
+It writes what each rank saw to ``<save_dir>/probe_rank<r>.json`` when training ends, and can
+inject faults chosen by project fields of the config: ``fault_nan_rank`` / ``fault_nan_from``
+(a NaN loss on one rank from that iteration on) and ``fault_crash_rank`` / ``fault_crash_at``
+(an exception on one rank at that iteration).
+"""
+
+import json
+import os
+from pathlib import Path
+
+import ignite.distributed as idist
+import torch
+from ignite.engine import Events
+
+from tests.toy.trainer import Trainer as ToyTrainer
+
+
+class Trainer(ToyTrainer):
+    def setup(self):
+        if self._built:
+            return self
+        super().setup()
+        self.probe = {"train_batches": [], "eval_batches": [], "allreduce_calls": 0}
+        self._count_gradient_allreduces()
+        self.engines["trainer"].add_event_handler(Events.COMPLETED, self._write_probe)
+        if "run" in self.cfg:
+            for key in ("evaluator", "tester"):
+                if self.engines.get(key) is not None:
+                    self.engines[key].add_event_handler(Events.COMPLETED, self._write_probe)
+        return self
+
+    def _count_gradient_allreduces(self):
+        if not hasattr(self.model, "register_comm_hook"):
+            return
+
+        def counting_hook(state, bucket):
+            self.probe["allreduce_calls"] += 1
+            tensor = bucket.buffer().div_(idist.get_world_size())
+            work = torch.distributed.all_reduce(tensor, async_op=True)
+            return work.get_future().then(lambda fut: fut.value()[0])
+
+        self.model.register_comm_hook(None, counting_hook)
+
+    def prep_batch(self, batch, split="train", **kwargs):
+        key = "train_batches" if split == "train" else "eval_batches"
+        self.probe[key].append(len(batch[0]))
+        return super().prep_batch(batch, split=split)
+
+    def loss_fn(self, y_pred, target, **kwargs):
+        loss, parts = super().loss_fn(y_pred, target, **kwargs)
+        iteration, rank, cfg = kwargs["iteration"], idist.get_rank(), self.cfg
+        if rank == cfg.get("fault_crash_rank", -1) and iteration == cfg.get("fault_crash_at"):
+            raise RuntimeError(f"injected crash on rank {rank} at iteration {iteration}")
+        if rank == cfg.get("fault_nan_rank", -1) and iteration >= cfg.get("fault_nan_from", 0):
+            loss = loss * float("nan")
+        return loss, parts
+
+    def _write_probe(self, engine):
+        state = self.engines["trainer"].state
+        record = dict(
+            self.probe,
+            rank=idist.get_rank(),
+            world_size=idist.get_world_size(),
+            epoch=state.epoch,
+            iteration=state.iteration,
+            train_sampler=type(getattr(self.dls["train"], "sampler", None)).__name__,
+            env_rank=os.environ.get("RANK"),
+        )
+        out = Path(self.cfg.save_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        rank = idist.get_rank()
+        (out / f"probe_rank{rank}.json").write_text(json.dumps(record))
+        if rank == 0:
+            weights = {k: v.detach().cpu() for k, v in self._unwrapped().state_dict().items()}
+            torch.save(weights, out / "final_weights.pt")
+
+    def _unwrapped(self):
+        return getattr(self.model, "module", self.model)
