@@ -300,6 +300,7 @@ def test_to_save_holds_the_contract_keys_in_order(make_cfg):
         "run_meta",
         "early_stop_valid",
         "scheduler",
+        "resume_state",
     ]
 
 

@@ -104,3 +104,13 @@ def test_a_text_only_run_imports_no_optional_backend(tmp_path):
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
     ).stdout
     assert "OPTIONAL []" in out
+
+
+def test_a_crash_while_building_finishes_the_started_backends_as_failed(make_cfg):
+    class BrokenModel(Trainer):
+        def build_model(self):
+            raise RuntimeError("no model today")
+
+    with pytest.raises(RuntimeError, match="no model today"):
+        BrokenModel(0, make_cfg(logger_name=[RECORDING])).fit()
+    assert recording_backend.FINISHED == [True]

@@ -3,7 +3,8 @@
 It writes what each rank saw to ``<save_dir>/probe_rank<r>.json`` when training ends, and can
 inject faults chosen by project fields of the config: ``fault_nan_rank`` / ``fault_nan_from``
 (a NaN loss on one rank from that iteration on) and ``fault_crash_rank`` / ``fault_crash_at``
-(an exception on one rank at that iteration).
+(an exception on one rank at that iteration); ``ballast_mb`` adds that much extra state to
+every checkpoint, so that writing one takes long enough to be interrupted.
 """
 
 import json
@@ -17,7 +18,26 @@ from ignite.engine import Events
 from tests.toy.trainer import Trainer as ToyTrainer
 
 
+class Ballast:
+    def __init__(self, megabytes):
+        self.tensor = torch.zeros(int(megabytes * 2**20 / 4))
+
+    def state_dict(self):
+        return {"tensor": self.tensor}
+
+    def load_state_dict(self, state):
+        self.tensor = state["tensor"]
+
+
 class Trainer(ToyTrainer):
+    def extra_to_save(self):
+        megabytes = self.cfg.get("ballast_mb", 0)
+        if not megabytes:
+            return {}
+        if not hasattr(self, "_ballast"):
+            self._ballast = Ballast(megabytes)
+        return {"ballast": self._ballast}
+
     def setup(self):
         if self._built:
             return self

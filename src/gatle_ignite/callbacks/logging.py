@@ -2,6 +2,7 @@
 
 import importlib
 import warnings
+from types import ModuleType
 
 import ignite.distributed as idist
 import torch
@@ -9,6 +10,7 @@ from ignite.engine import Events
 
 from gatle_ignite.callbacks.run_record import write_config_json
 from gatle_ignite.dispatch import ConfigError, import_entrypoint
+from gatle_ignite.utils.dist import rank_zero_print
 
 __all__ = ["BUILTIN_BACKENDS", "NOT_A_BACKEND", "Backend", "LoggingCallback", "import_extra"]
 
@@ -34,7 +36,7 @@ class Backend:
         pass
 
 
-def import_extra(module: str, backend: str):
+def import_extra(module: str, backend: str) -> ModuleType:
     """Import the package behind built-in ``backend``, or say which extra installs it."""
     try:
         return importlib.import_module(module)
@@ -135,8 +137,7 @@ class LoggingCallback:
     def on_completion(self, trainer):
         @trainer.on(Events.COMPLETED)
         def _announce(engine):
-            if idist.get_rank() == 0:
-                print(f"TRAINING COMPLETE after {engine.state.epoch} epochs")
+            rank_zero_print(f"TRAINING COMPLETE after {engine.state.epoch} epochs")
 
     def finish(self, failed=False):
         """Finish every backend, even when one of them raises, then forget them all."""
@@ -151,6 +152,8 @@ class LoggingCallback:
         raised = errors[0][1] if errors and not failed else None
         for module, err in errors:
             if err is not raised:
-                warnings.warn(f"logging backend {module!r} did not finish cleanly: {err!r}")
+                warnings.warn(
+                    f"logging backend {module!r} did not finish cleanly: {err!r}", stacklevel=2
+                )
         if raised is not None:
             raise raised

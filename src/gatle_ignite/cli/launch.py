@@ -5,6 +5,7 @@ through this module's attributes at call time, so users and tests can patch them
 """
 
 import contextlib
+import multiprocessing
 import os
 import random
 import subprocess
@@ -20,6 +21,7 @@ import torch
 from ml_collections import config_dict
 
 from gatle_ignite.dispatch import ConfigError, import_entrypoint
+from gatle_ignite.trainer.preemption import EXIT_PREEMPTED, Preempted, preemption_signals
 
 __all__ = [
     "launch",
@@ -181,12 +183,27 @@ def launch(cfg: config_dict.ConfigDict):
     if nproc * nnodes <= 1:
         return run_task(0, cfg)
     parallel_kwargs = _parallel_kwargs(nnodes, node_rank, addr, port)
-    with _hidden_from_ignite("SLURM_JOB_ID"):
+    with _hidden_from_ignite("SLURM_JOB_ID"), _ranks_preemptible():
         with idist.Parallel(
             backend=_resolve_backend(cfg), nproc_per_node=nproc, **parallel_kwargs
         ) as parallel:
             parallel.run(run_task, cfg)
     return None
+
+
+@contextlib.contextmanager
+def _ranks_preemptible():
+    """Pass preemption signals on to the spawned ranks, and report their agreed exit."""
+    with preemption_signals(forward_to=multiprocessing.active_children):
+        try:
+            yield
+        except torch.multiprocessing.ProcessExitedException as error:
+            if error.exit_code != EXIT_PREEMPTED:
+                raise
+            raise Preempted(
+                "the ranks were preempted and wrote a resumable checkpoint.\n"
+                "  Run the same command with --override resume=True to continue."
+            ) from None
 
 
 def _child_env(port: int) -> dict[str, str]:

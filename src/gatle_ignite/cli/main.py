@@ -142,6 +142,8 @@ def _run_command(args: argparse.Namespace) -> int:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Run the CLI on ``argv`` (default ``sys.argv[1:]``) and return the exit code."""
+    from gatle_ignite.trainer.preemption import Preempted
+
     args = build_parser().parse_args(argv)
     try:
         return _run_command(args)
@@ -149,3 +151,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(file=sys.stderr)
         print(f"config error: {error}", file=sys.stderr)
         return 2
+    except Preempted as preempted:
+        # The checkpoint is written; the exit code tells a scheduler to run it again.
+        return preempted.code

@@ -83,6 +83,8 @@ def base_config() -> config_dict.ConfigDict:
     cfg.save_ckpt = True
     cfg.n_saved = 1
     cfg.resume = False
+    # A resumable latest_iter checkpoint every N trainer iterations; 0 = only at epoch ends.
+    cfg.save_every_iters = 0
     cfg.model_checkpoint_dir = ""
     cfg.strict = True
 

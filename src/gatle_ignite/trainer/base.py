@@ -24,6 +24,13 @@ from gatle_ignite.trainer.checkpointing import (
     load_eval_checkpoint,
     score_function,
 )
+from gatle_ignite.trainer.preemption import REQUEST as PREEMPTION
+from gatle_ignite.trainer.preemption import (
+    Preempted,
+    preemption_signals,
+    shield_workers,
+    signal_name,
+)
 from gatle_ignite.trainer.specs import EVAL_SPECS, TRAIN_SPEC
 from gatle_ignite.utils.amp import autocast_device_type, resolve_amp_dtype
 from gatle_ignite.utils.dist import rank_zero_print
@@ -38,11 +45,18 @@ __all__ = ["BaseTrainer"]
 
 
 def _losses_on_every_rank(output):
-    """The step's losses for TerminateOnNan; under DDP one all-reduced sum, so all ranks stop."""
+    """The step's losses for TerminateOnNan; under DDP one all-reduced sum, so all ranks stop.
+
+    The same all-reduce carries this rank's preemption request, so every rank agrees on it
+    without a collective of its own.
+    """
     losses = output.get("losses", {})
     if idist.get_world_size() == 1:
         return losses
-    return idist.all_reduce(sum(float(v) for v in losses.values()))
+    local = [sum(float(v) for v in losses.values()), float(PREEMPTION.received)]
+    total, requests = idist.all_reduce(torch.tensor(local, dtype=torch.float64)).tolist()
+    PREEMPTION.agreed = requests > 0
+    return total
 
 
 def _clear_state(engine):
@@ -115,6 +129,10 @@ class BaseTrainer:
         self._post_eval = {}
         # The "latest" Checkpoint that attach_checkpoints builds and fit() registers, or None.
         self._latest = None
+        # Its mid-epoch sibling (save_every_iters, preemption), and the loader wrapper that lets
+        # a run resume at any iteration exactly. Both None when nothing is checkpointed.
+        self._latest_iter = None
+        self._resumable = None
         # Set when a score goes non-finite, so nothing after it in that epoch is saved.
         self._diverged = False
         # checkpoint key -> EarlyStop; setup() fills it before anything is checkpointed.
@@ -314,13 +332,28 @@ class BaseTrainer:
         return self
 
     def fit(self):
-        cfg = self.cfg
+        try:
+            data = self._prepare_fit()
+            with preemption_signals():
+                self.engines["trainer"].run(
+                    data, max_epochs=self.cfg.max_epochs, epoch_length=self.cfg.train_length
+                )
+        except BaseException:
+            # Mark the run failed (a crash in setup too, once backends exist), or the loggers
+            # record it as a clean finish.
+            self.teardown(failed=True)
+            raise
+        self.teardown()
+        return self
+
+    def _prepare_fit(self):
+        """Build, load, and attach every handler of a training run; returns the data to run."""
         self.setup()
         load_checkpoints(self)
         self.attach_runner()
+        trainer = self.engines["trainer"]
         if self._latest is not None:
             # After the eval runners, so "latest" holds what that epoch's evaluation changed.
-            trainer = self.engines["trainer"]
             trainer.add_event_handler(Events.EPOCH_COMPLETED(every=1), _clear_state)
 
             def save_latest(engine):
@@ -328,17 +361,66 @@ class BaseTrainer:
                     self._latest(engine)
 
             trainer.add_event_handler(Events.EPOCH_COMPLETED(every=1), save_latest)
+        self._attach_iteration_checkpoints()
         self.attach_progress()
-        try:
-            self.engines["trainer"].run(
-                self.dls["train"], max_epochs=cfg.max_epochs, epoch_length=cfg.train_length
+        for loader in self.dls.values():
+            shield_workers(loader)
+        return self._resumable if self._resumable is not None else self.dls["train"]
+
+    def _attach_iteration_checkpoints(self):
+        trainer = self.engines["trainer"]
+        every = self.cfg.get("save_every_iters", 0) or 0
+        if self._latest_iter is not None and every > 0:
+            trainer.add_event_handler(
+                Events.ITERATION_COMPLETED(every=every), self._save_iteration_checkpoint
             )
-        except BaseException:
-            # Mark the run failed, or the loggers record a crash as a clean finish.
-            self.teardown(failed=True)
-            raise
-        self.teardown()
-        return self
+        # After TerminateOnNan, whose all-reduce tells every rank about a request; and after
+        # save_latest, for a request that arrives at an epoch's last iteration.
+        trainer.add_event_handler(Events.ITERATION_COMPLETED, self._stop_if_preempted)
+        trainer.add_event_handler(Events.EPOCH_COMPLETED, self._stop_if_preempted_at_epoch_end)
+
+    @staticmethod
+    def _ends_epoch(engine) -> bool:
+        # A checkpoint there would resume past the epoch's evaluation and "latest" file; the
+        # epoch's own checkpoint comes after them instead.
+        length = engine.state.epoch_length
+        return bool(length) and engine.state.iteration % length == 0
+
+    def _save_iteration_checkpoint(self, engine):
+        if self._diverged or self._ends_epoch(engine):
+            return
+        saved = self._latest_iter.last_checkpoint
+        if saved is None or not str(saved).endswith(f"_{engine.state.iteration}.pt"):
+            self._latest_iter(engine)
+
+    @staticmethod
+    def _preemption_requested() -> bool:
+        return PREEMPTION.received if idist.get_world_size() == 1 else PREEMPTION.agreed
+
+    def _stop_if_preempted(self, engine):
+        if not self._preemption_requested() or self._ends_epoch(engine):
+            return
+        saved = None
+        if self._latest_iter is not None:
+            self._save_iteration_checkpoint(engine)
+            saved = self._latest_iter.last_checkpoint
+        self._preempt(engine, saved)
+
+    def _stop_if_preempted_at_epoch_end(self, engine):
+        if self._preemption_requested():
+            self._preempt(engine, self._latest.last_checkpoint if self._latest else None)
+
+    def _preempt(self, engine, saved):
+        if idist.get_world_size() > 1:
+            # Rank 0 may still be writing; no rank leaves before the file is complete.
+            idist.barrier()
+        message = (
+            f"PREEMPTED by {signal_name(PREEMPTION.signal)} after iteration "
+            f"{engine.state.iteration}: saved {saved or 'nothing (save_ckpt is False)'}.\n"
+            f"  Run the same command with --override resume=True to continue."
+        )
+        rank_zero_print(message)
+        raise Preempted(message)
 
     def evaluate(self, load_checkpoint=True):
         """Load the configured checkpoint, run every eval engine once, return the metrics."""

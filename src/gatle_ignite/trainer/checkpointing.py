@@ -7,12 +7,14 @@ import ignite.distributed as idist
 from ignite.handlers import Checkpoint, DiskSaver, global_step_from_engine
 
 from gatle_ignite.dispatch import ConfigError
+from gatle_ignite.trainer.exact_resume import ResumableLoader, ResumeState
 from gatle_ignite.utils.batch import get_value
 from gatle_ignite.utils.checkpoints import (
+    LATEST_ITER_PREFIX,
     LATEST_PREFIX,
     RunMeta,
     best_prefix_for,
-    find_latest_checkpoint,
+    find_resume_checkpoints,
     load_checkpoint_file,
     load_weights,
     resolve_eval_checkpoint,
@@ -59,6 +61,8 @@ def _to_save(trainer) -> dict:
             to_save["scheduler"] = stateful[0]
         else:
             to_save.update({f"scheduler_{i}": s for i, s in enumerate(stateful)})
+    if getattr(trainer, "_resumable", None) is not None:
+        to_save["resume_state"] = ResumeState(trainer._resumable)
     for key, obj in trainer.extra_to_save().items():
         if key in to_save:
             raise ConfigError(
@@ -78,17 +82,43 @@ def score_function(score_name, score_factor=1):
     return score
 
 
+class _KeepUntilReplaced(DiskSaver):
+    """A DiskSaver that deletes a rotated-out file only once its replacement is on disk.
+
+    ignite removes the old file before writing the new one, so a process killed in between
+    would leave no checkpoint of that kind at all.
+    """
+
+    def __init__(self, dirname):
+        super().__init__(dirname=dirname, require_empty=False)
+        self._rotated_out = []
+
+    def remove(self, filename: str) -> None:
+        self._rotated_out.append(filename)
+
+    def __call__(self, checkpoint, filename, metadata=None) -> None:
+        super().__call__(checkpoint, filename, metadata)
+        rotated_out, self._rotated_out = self._rotated_out, []
+        for name in rotated_out:
+            if name != filename:
+                super().remove(name)
+
+
 def _saver(cfg):
-    return DiskSaver(dirname=cfg.save_dir, require_empty=False)
+    return _KeepUntilReplaced(cfg.save_dir)
 
 
 def attach_checkpoints(trainer) -> None:
     """Build the latest and best handlers; fit() and run_eval_engine() call them."""
     trainer._post_eval = {}
     trainer._latest = None
+    trainer._latest_iter = None
+    trainer._resumable = None
     cfg = trainer.cfg
     if "run" in cfg:
         return
+    if cfg.save_ckpt:
+        trainer._resumable = ResumableLoader(lambda: trainer.dls["train"])
     to_save = _to_save(trainer) if cfg.save_ckpt else None
     for spec in trainer.eval_specs():
         if spec.score_field is None:
@@ -102,12 +132,21 @@ def attach_checkpoints(trainer) -> None:
             to_save=to_save,
         )
     if to_save is not None:
+        trainer_engine = trainer.engines["trainer"]
         trainer._latest = Checkpoint(
             to_save,
             _saver(cfg),
             n_saved=cfg.n_saved,
-            global_step_transform=global_step_from_engine(trainer.engines["trainer"]),
+            global_step_transform=global_step_from_engine(trainer_engine),
             filename_prefix=LATEST_PREFIX,
+        )
+        # Mid-epoch checkpoints (save_every_iters, preemption), named by the trainer iteration.
+        trainer._latest_iter = Checkpoint(
+            to_save,
+            _saver(cfg),
+            n_saved=cfg.n_saved,
+            global_step_transform=lambda _engine, _event: trainer_engine.state.iteration,
+            filename_prefix=LATEST_ITER_PREFIX,
         )
 
 
@@ -160,18 +199,33 @@ def load_checkpoints(trainer) -> bool:
         load_weights(cfg.model_checkpoint_dir, trainer.model, strict=cfg.strict)
         loaded = True
     if cfg.resume:
-        latest = find_latest_checkpoint(cfg.save_dir)
-        if latest is None:
-            warnings.warn(
-                f"resume=True but {cfg.save_dir} has no {LATEST_PREFIX}* checkpoint, so the run "
-                f"starts from scratch.",
-                stacklevel=2,
-            )
-        else:
-            rank_zero_print(f"RESUMING FROM: {latest}")
-            _resume_from(trainer, load_checkpoint_file(latest))
-            loaded = True
+        loaded = _resume_from_newest(trainer) or loaded
     return loaded
+
+
+def _resume_from_newest(trainer) -> bool:
+    """Resume from the newest checkpoint that loads; one that does not is skipped, loudly."""
+    save_dir = trainer.cfg.save_dir
+    candidates = find_resume_checkpoints(save_dir)
+    for path in candidates:
+        try:
+            state = load_checkpoint_file(path)
+        except (RuntimeError, EOFError, OSError) as error:
+            warnings.warn(
+                f"skipping {path}, which does not load ({error}); trying an older checkpoint.",
+                stacklevel=3,
+            )
+            continue
+        rank_zero_print(f"RESUMING FROM: {path}")
+        _resume_from(trainer, state)
+        return True
+    what = "loadable " if candidates else ""
+    warnings.warn(
+        f"resume=True but {save_dir} has no {what}{LATEST_PREFIX}* or {LATEST_ITER_PREFIX}* "
+        f"checkpoint, so the run starts from scratch.",
+        stacklevel=3,
+    )
+    return False
 
 
 def _resume_from(trainer, state) -> None:

@@ -12,11 +12,13 @@ from gatle_ignite.utils.dist import rank_zero_print
 
 __all__ = [
     "BEST_SUFFIX",
+    "LATEST_ITER_PREFIX",
     "LATEST_PREFIX",
     "RunMeta",
     "best_prefix_for",
     "find_best_checkpoint",
     "find_latest_checkpoint",
+    "find_resume_checkpoints",
     "load_checkpoint_file",
     "load_weights",
     "report_weight_match",
@@ -27,6 +29,8 @@ __all__ = [
 # A compatibility surface: renaming these orphans every existing run directory.
 LATEST_PREFIX = "latest_epoch"
 BEST_SUFFIX = "best_result"
+# Resumable checkpoints written mid-epoch (save_every_iters, preemption).
+LATEST_ITER_PREFIX = "latest_iter"
 
 _TRAILING_NUMBER = re.compile(r"_(-?\d+(?:\.\d+)?)\.[^.]+$")
 
@@ -69,6 +73,13 @@ def _mtime(path) -> float:
 def find_latest_checkpoint(save_dir, extension="pt") -> Optional[Path]:
     files = _candidates(save_dir, LATEST_PREFIX, extension)
     return max(files, key=_mtime) if files else None
+
+
+def find_resume_checkpoints(save_dir, extension="pt") -> list:
+    """Every resumable checkpoint (``latest_epoch*`` and ``latest_iter*``), newest first."""
+    files = _candidates(save_dir, LATEST_PREFIX, extension)
+    files += _candidates(save_dir, LATEST_ITER_PREFIX, extension)
+    return sorted(files, key=_mtime, reverse=True)
 
 
 def find_best_checkpoint(save_dir, prefix="", extension="pt") -> Optional[Path]:

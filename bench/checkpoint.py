@@ -1,0 +1,154 @@
+"""Checkpoint save and load of a ~100 M parameter model, against a bare ``torch.save``.
+
+    python -m bench.checkpoint [--reps 5]
+
+One process trains the bench config with ``bench.tasks.wide_mlp`` (101 M parameters, AdamW,
+so the file holds weights and both moments) for one iteration, then alternates: the "latest"
+handler gatle-ignite calls at every epoch end, and ``torch.save`` of the same objects' state
+dicts to a new file (the handler writes a new file too, and removes the one it replaces);
+then ``load_checkpoints`` (resume) and ``torch.load`` + ``load_state_dict``. Dirty pages are
+flushed before every timing so no write pays for the previous one's writeback.
+"""
+
+import argparse
+import json
+import os
+import tempfile
+from pathlib import Path
+
+from bench import common
+
+SAVE_LIMIT = 1.2
+OVERRIDES = (
+    "max_epochs=1",
+    "train_length=1",
+    "every_val=0",
+    "score_name=None",
+    "logger_name=[]",
+    "model_name=bench.tasks.wide_mlp",
+)
+
+
+def _timed(func):
+    os.sync()
+    start = common.clock()
+    func()
+    end = common.clock()
+    return end[0] - start[0], end[1] - start[1]
+
+
+def run_child(reps):
+    import torch
+
+    from bench.tasks.trainer import Trainer
+    from gatle_ignite.config.loader import apply_overrides, load_config_from_file
+    from gatle_ignite.trainer.checkpointing import load_checkpoints
+
+    torch.set_num_threads(1)
+    result = {"save": {"gatle": [], "bare": []}, "load": {"gatle": [], "bare": []}, "unlink": []}
+    with tempfile.TemporaryDirectory(prefix="gatle-bench-ckpt-") as tmp:
+        cfg = load_config_from_file(common.ROOT / common.CONFIG)
+        apply_overrides(cfg, [f"save_dir={tmp}/gatle", *OVERRIDES])
+        cfg.model_params = {"in_dim": 64, "n_classes": 10}
+        trainer = Trainer(0, cfg).fit()
+        result["parameters"] = sum(p.numel() for p in trainer.model.parameters())
+        engine, latest = trainer.engines["trainer"], trainer._latest
+        objects = latest.to_save
+        step = engine.state.epoch
+        bare = Path(tmp) / f"bare_{step}.pt"
+
+        def save_gatle():
+            latest(engine)
+
+        def save_bare():
+            torch.save({key: obj.state_dict() for key, obj in objects.items()}, bare)
+
+        def load_gatle():
+            load_checkpoints(trainer)
+
+        def load_bare():
+            state = torch.load(bare, map_location="cpu", weights_only=True)
+            for key, obj in objects.items():
+                obj.load_state_dict(state[key])
+
+        cfg.resume = True
+        for rep in range(reps):
+            # A new step, so the handler writes a new file (and drops the old one, n_saved=1).
+            step += 1
+            engine.state.epoch = step
+            previous, bare = bare, Path(tmp) / f"bare_{step}.pt"
+            order = ("gatle", "bare") if rep % 2 == 0 else ("bare", "gatle")
+            for name in order:
+                save = save_gatle if name == "gatle" else save_bare
+                result["save"][name].append(_timed(save))
+            for name in order:
+                load = load_gatle if name == "gatle" else load_bare
+                result["load"][name].append(_timed(load))
+            # Outside the timings; the handler's own removal of its old file is inside its own.
+            if previous.exists():
+                result["unlink"].append(_timed(previous.unlink))
+        result["size"] = {
+            "gatle": Path(latest.last_checkpoint).stat().st_size,
+            "bare": bare.stat().st_size,
+        }
+    return result
+
+
+def run(reps=5):
+    """Measure, print the table, return the checks (bench.run_all calls this)."""
+    print("== checkpoint ==")
+    result = common.run_child("bench.checkpoint", ["--child", "all", "--reps", str(reps)])
+    rows, ratios = [], {}
+    for op in ("save", "load"):
+        gatle, bare = result[op]["gatle"], result[op]["bare"]
+        ratios[op] = [common.median([g[i] / b[i] for g, b in zip(gatle, bare)]) for i in (0, 1)]
+        for name, values in (("torch.save / torch.load", bare), ("gatle-ignite", gatle)):
+            size = result["size"]["bare" if values is bare else "gatle"]
+            rows.append(
+                [
+                    f"{op}: {name}",
+                    f"{common.median([v[0] for v in values]):.3f}",
+                    f"{common.median([v[1] for v in values]):.3f}",
+                    "1.000x" if values is bare else f"{ratios[op][0]:.3f}x",
+                    f"{common.spread([v[0] for v in values]):.0f}%",
+                    f"{size / 2**20:.1f}",
+                ]
+            )
+    headers = ["operation", "wall s", "cpu s", "wall ratio", "±", "MiB"]
+    text = common.table(headers, rows)
+    unlink = common.median([v[0] for v in result["unlink"]] or [float("nan")])
+    text += (
+        f"\n\n{result['parameters'] / 1e6:.1f} M parameters, AdamW state included; removing "
+        f"the previous file (which the handler does inside its save) takes {unlink:.3f} s."
+    )
+    print(text)
+    checks = [
+        common.Check(
+            "checkpoint: save vs bare torch.save",
+            ratios["save"][0],
+            SAVE_LIMIT,
+            note=f"cpu {ratios['save'][1]:.3f}x",
+        ),
+        common.Check(
+            "checkpoint: load vs bare torch.load",
+            ratios["load"][0],
+            None,
+            note=f"cpu {ratios['load'][1]:.3f}x",
+        ),
+    ]
+    return text, checks
+
+
+def main():
+    parser = common.out_arg(argparse.ArgumentParser(description=__doc__.splitlines()[0]))
+    parser.add_argument("--reps", type=int, default=5)
+    args = parser.parse_args()
+    if args.child:
+        Path(args.out).write_text(json.dumps(run_child(args.reps)))
+        return
+    _, checks = run(args.reps)
+    print(common.checks_table(checks))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,36 @@
+"""Random vectors kept on the run's device, one indexing op per batch, for the CUDA benchmark.
+
+A per-sample ``TensorDataset`` collated on the CPU would starve a GPU, and so measure the
+loader instead of the training step.
+"""
+
+import ignite.distributed as idist
+import torch
+from torch.utils.data import TensorDataset
+
+from gatle_ignite import build_dataloader
+
+
+class DeviceTensors(TensorDataset):
+    """Tensors on one device; the DataLoader fetches a whole batch with ``__getitems__``."""
+
+    def __getitems__(self, indices):
+        index = torch.as_tensor(indices, device=self.tensors[0].device)
+        return tuple(t[index] for t in self.tensors)
+
+
+def _whole_batch(batch):
+    return batch
+
+
+def get_ds(ds_params, transform=None):
+    n = ds_params.get("n", 32768)
+    in_dim = ds_params.get("in_dim", 1024)
+    n_classes = ds_params.get("n_classes", 100)
+    gen = torch.Generator().manual_seed(ds_params.get("seed", 0))
+    x = torch.randn(n, in_dim, generator=gen)
+    y = (x @ torch.randn(in_dim, n_classes, generator=gen)).argmax(dim=1)
+    device = idist.device()
+    dataset = DeviceTensors(x.to(device), y.to(device))
+    params = {**dict(ds_params), "collate_fn": _whole_batch, "pin_memory": False}
+    return build_dataloader(dataset, params), {"length": n}

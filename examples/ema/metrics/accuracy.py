@@ -1,0 +1,14 @@
+"""Top-1 accuracy read from the step output by key or path."""
+
+from ignite.metrics import Accuracy
+
+from gatle_ignite import get_value
+
+
+def get_metric(engine_type, info, src_name="logits", tgt_name=("targets", "labels"), **kwargs):
+    """An ignite ``Accuracy`` over ``y_pred[src_name]`` against ``target[tgt_name]``."""
+
+    def output_transform(output):
+        return get_value(output["y_pred"], src_name), get_value(output["target"], tgt_name)
+
+    return Accuracy(output_transform=output_transform, **kwargs)

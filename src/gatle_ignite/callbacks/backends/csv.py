@@ -1,0 +1,45 @@
+"""``<save_dir>/metrics.csv``: one row per logged value (wall time, epoch, step, name, value)."""
+
+import csv
+import json
+import numbers
+import os
+import time
+
+from gatle_ignite.callbacks.logging import Backend as BaseBackend
+
+__all__ = ["Backend"]
+
+FILE_NAME = "metrics.csv"
+HEADER = ("wall_time", "epoch", "step", "name", "value")
+
+
+def _cell(value) -> str:
+    if value is None:
+        return ""
+    return str(value) if isinstance(value, numbers.Real) else json.dumps(value, default=str)
+
+
+class Backend(BaseBackend):
+    """A resumed run appends to the file; a fresh run starts it anew."""
+
+    def __init__(self, cfg):
+        super().__init__(cfg)
+        os.makedirs(cfg.save_dir, exist_ok=True)
+        self.path = os.path.join(cfg.save_dir, FILE_NAME)
+        appending = bool(cfg.get("resume", False)) and os.path.exists(self.path)
+        self.file = open(self.path, "a" if appending else "w", newline="", encoding="utf-8")
+        self.writer = csv.writer(self.file)
+        if not appending or os.path.getsize(self.path) == 0:
+            self.writer.writerow(HEADER)
+            self.file.flush()
+
+    def log(self, metrics, step=None, epoch=None):
+        now = time.time()
+        for name, value in metrics.items():
+            self.writer.writerow((now, _cell(epoch), _cell(step), name, _cell(value)))
+        # What was logged before a crash or a kill is then on disk.
+        self.file.flush()
+
+    def finish(self, failed=False):
+        self.file.close()

@@ -1,0 +1,39 @@
+"""A Weights & Biases run per config; the API key comes from ``WANDB_API_KEY`` only."""
+
+from gatle_ignite.callbacks.logging import Backend as BaseBackend
+from gatle_ignite.callbacks.logging import import_extra
+from gatle_ignite.callbacks.run_record import config_payload
+
+__all__ = ["Backend"]
+
+
+class Backend(BaseBackend):
+    """Logs to the W&B run whose id is ``cfg.name``, so rerunning a config resumes it."""
+
+    def __init__(self, cfg):
+        super().__init__(cfg)
+        wandb = import_extra("wandb", "wandb")
+        self.run = wandb.init(
+            project=cfg.project_name,
+            entity=cfg.get("wandb_entity", None),
+            id=cfg.name,
+            name=cfg.name,
+            config=config_payload(cfg),
+            tags=list(cfg.tags),
+            resume="allow",
+            save_code=False,
+            allow_val_change=True,
+            settings=wandb.Settings(init_timeout=600),
+        )
+
+    def log(self, metrics, step=None, epoch=None):
+        payload = dict(metrics)
+        if epoch is not None:
+            payload["epoch"] = epoch
+        self.run.log(payload)
+
+    def watch(self, model):
+        self.run.watch(model)
+
+    def finish(self, failed=False):
+        self.run.finish(exit_code=1 if failed else 0)

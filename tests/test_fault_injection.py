@@ -1,0 +1,184 @@
+"""Fault injection: real training processes killed (SIGKILL) or preempted (SIGTERM), resumed.
+
+Each interrupted run is resumed and must end on weights bit-identical to the uninterrupted run:
+with shuffling, dropout, a random augmentation in two DataLoader workers, and a schedule.
+"""
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+from gatle_ignite.trainer.preemption import EXIT_PREEMPTED
+from tests.conftest import ROOT
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
+
+TIMEOUT = 240
+GLOO = ["--override=dist_backend='gloo'", "--override=auto_model_params.sync_bn=False"]
+FIELDS = {
+    "main_runner": "tests.toy.dist_trainer",
+    "max_epochs": 3,
+    "save_every_iters": 1,
+    "model_params": {"dropout": 0.3},
+    "train_ds_name": "tests.toy.data_aug",
+    "train_ds_params": {"n": 64, "bs": 16, "shuffle": True, "num_workers": 2},
+    "lr_scheduler": "gatle_ignite.schedulers.warmup_cosine",
+}
+
+
+def _config(tmp_path, name, **fields):
+    path = tmp_path / f"{name}.py"
+    fields = {**FIELDS, "save_dir": str(tmp_path / name), **fields}
+    path.write_text(
+        "from tests.toy.config import toy_config\n\n\n"
+        f"def get_config():\n    return toy_config(**{fields!r})\n"
+    )
+    return path
+
+
+def _env():
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
+    for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_PORT"):
+        env.pop(key, None)
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+def _train(config, *args):
+    done = subprocess.run(
+        [sys.executable, "-m", "gatle_ignite", "train", f"--config={config}", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        env=_env(),
+    )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    return done.stdout
+
+
+def _start(config, *args):
+    return subprocess.Popen(
+        [sys.executable, "-m", "gatle_ignite", "train", f"--config={config}", *args],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=_env(),
+        start_new_session=True,
+    )
+
+
+def _after_progress_lines(process, count):
+    """Read the child's output until it has printed ``count`` TRAIN progress lines."""
+    seen, lines = 0, []
+    for line in process.stdout:
+        lines.append(line)
+        seen += " TRAIN epoch " in line
+        if seen >= count:
+            return lines
+    raise AssertionError("the run ended first:\n" + "".join(lines[-30:]))
+
+
+def _kill_group(process, signum):
+    os.killpg(process.pid, signum)
+
+
+def _weights(save_dir):
+    return torch.load(save_dir / "final_weights.pt", weights_only=True)
+
+
+def _assert_identical(a, b):
+    assert a.keys() == b.keys()
+    different = [k for k in a if not torch.equal(a[k], b[k])]
+    assert not different, different
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("reference")
+    _train(_config(tmp, "one"))
+    two = _config(tmp, "two", train_ds_params={**FIELDS["train_ds_params"], "num_workers": 0})
+    _train(two, "--override=nproc_per_node=2", *GLOO)
+    return {"one": _weights(tmp / "one"), "two": _weights(tmp / "two")}
+
+
+def test_sigkill_at_random_iterations_then_resume_is_bit_identical(tmp_path, reference):
+    config = _config(tmp_path, "run")
+    rng = random.Random()
+    for _attempt in range(2):
+        process = _start(config, "--override=resume=True")
+        _after_progress_lines(process, rng.randint(1, 5))
+        _kill_group(process, signal.SIGKILL)
+        process.wait(timeout=TIMEOUT)
+    _train(config, "--override=resume=True")
+    _assert_identical(reference["one"], _weights(tmp_path / "run"))
+
+
+def test_sigkill_during_a_checkpoint_write_leaves_every_checkpoint_loadable(tmp_path, reference):
+    config = _config(tmp_path, "run", ballast_mb=64, n_saved=1)
+    save_dir = tmp_path / "run"
+    process = _start(config)
+    _after_progress_lines(process, random.randint(1, 4))
+    deadline = time.monotonic() + 60
+    # DiskSaver writes to a temporary file in save_dir, then renames it into place.
+    while not [p for p in save_dir.iterdir() if not p.name.endswith((".pt", ".json"))]:
+        assert time.monotonic() < deadline, "no checkpoint write was seen"
+        time.sleep(0.001)
+    _kill_group(process, signal.SIGKILL)
+    process.wait(timeout=TIMEOUT)
+    finished = sorted(save_dir.glob("latest_*.pt"))
+    assert finished, "the kill left no resumable checkpoint"
+    for path in finished:
+        torch.load(path, weights_only=True)
+    _train(config, "--override=resume=True")
+    _assert_identical(reference["one"], _weights(save_dir))
+
+
+def test_sigterm_saves_exits_75_and_the_resumed_run_is_bit_identical(tmp_path, reference):
+    config = _config(tmp_path, "run", save_every_iters=0)
+    process = _start(config)
+    _after_progress_lines(process, 5)
+    _kill_group(process, signal.SIGTERM)
+    rest = process.communicate(timeout=TIMEOUT)[0]
+    assert process.returncode == EXIT_PREEMPTED, rest
+    assert "PREEMPTED by SIGTERM after iteration" in rest
+    assert list((tmp_path / "run").glob("latest_iter_checkpoint_*.pt"))
+    _train(config, "--override=resume=True")
+    _assert_identical(reference["one"], _weights(tmp_path / "run"))
+
+
+def test_two_ranks_preempted_by_sigusr1_resume_exactly(tmp_path, reference):
+    config = _config(
+        tmp_path,
+        "run",
+        save_every_iters=0,
+        train_ds_params={**FIELDS["train_ds_params"], "num_workers": 0},
+    )
+    args = ["--override=nproc_per_node=2", *GLOO]
+    process = _start(config, *args)
+    _after_progress_lines(process, 3)
+    process.send_signal(signal.SIGUSR1)  # to the launcher only: it forwards to its ranks
+    rest = process.communicate(timeout=TIMEOUT)[0]
+    assert process.returncode == EXIT_PREEMPTED, rest
+    _train(config, "--override=resume=True", *args)
+    _assert_identical(reference["two"], _weights(tmp_path / "run"))
+
+
+def test_two_ranks_killed_then_resumed_are_bit_identical(tmp_path, reference):
+    config = _config(
+        tmp_path, "run", train_ds_params={**FIELDS["train_ds_params"], "num_workers": 0}
+    )
+    args = ["--override=nproc_per_node=2", *GLOO]
+    process = _start(config, *args)
+    _after_progress_lines(process, random.randint(2, 6))
+    _kill_group(process, signal.SIGKILL)
+    process.wait(timeout=TIMEOUT)
+    _train(config, "--override=resume=True", *args)
+    _assert_identical(reference["two"], _weights(tmp_path / "run"))

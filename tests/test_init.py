@@ -1,0 +1,343 @@
+"""``gatle-ignite init`` and the project template (CONTRACT 11), from a checkout and a wheel."""
+
+import importlib
+import os
+import re
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from gatle_ignite.cli.init import init_project
+from gatle_ignite.cli.main import main
+from gatle_ignite.dispatch import ConfigError
+
+ROOT = Path(__file__).resolve().parents[1]
+SYNTHETIC = ROOT / "examples" / "synthetic"
+TEMPLATE = ROOT / "src" / "gatle_ignite" / "_template"
+NAME = "demo_proj"
+
+
+def expected_files(name):
+    """The files CONTRACT 11.2 says a project ``name`` has, relative to its root."""
+    return {
+        "README.md",
+        ".gitignore",
+        "configs/base_utils.py",
+        f"configs/{name}_v0.py",
+        "dataloaders/synthetic_dataset.py",
+        "losses/loss_functions/cross_entropy.py",
+        "metrics/accuracy.py",
+        "models/mlp.py",
+        f"trainer/{name}_trainer.py",
+    }
+
+
+def files_under(root):
+    return {p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file()}
+
+
+def clean_env():
+    """The environment without PYTHONPATH: the CLI alone must make the project importable."""
+    return {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
+
+
+def cli_command(bin_dir=None):
+    """The console script when installed beside the interpreter, else ``python -m``."""
+    script = Path(bin_dir or Path(sys.executable).parent) / "gatle-ignite"
+    return [str(script)] if script.exists() else [sys.executable, "-m", "gatle_ignite"]
+
+
+def run(command, cwd, timeout=300):
+    return subprocess.run(
+        command, cwd=cwd, env=clean_env(), capture_output=True, text=True, timeout=timeout
+    )
+
+
+@pytest.fixture
+def project(tmp_path, capsys):
+    """A freshly generated project ``demo_proj`` under ``tmp_path``."""
+    assert init_project(NAME, str(tmp_path)) == 0
+    capsys.readouterr()
+    return tmp_path / NAME
+
+
+# ----------------------------------------------------------------------------- refusals
+
+
+@pytest.mark.parametrize("name", ["9lives", "my-project", "class"])
+def test_unusable_names_are_refused(name, tmp_path):
+    with pytest.raises(ConfigError, match="is not a usable project name"):
+        init_project(name, str(tmp_path))
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_framework_name_is_refused(tmp_path):
+    with pytest.raises(ConfigError, match="shadow the framework"):
+        init_project("gatle_ignite", str(tmp_path))
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_an_importable_name_is_refused_with_its_origin(tmp_path):
+    origin = importlib.util.find_spec("json").origin
+    with pytest.raises(ConfigError, match="already importable") as info:
+        init_project("json", str(tmp_path))
+    assert origin in str(info.value)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_refusal_through_the_cli_exits_2_on_stderr(tmp_path, capsys):
+    assert main(["init", "my-project", "--dir", str(tmp_path)]) == 2
+    captured = capsys.readouterr()
+    assert "config error: " in captured.err
+    assert "not a usable project name" in captured.err
+    assert captured.out == ""
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_existing_files_are_refused_and_left_untouched(tmp_path):
+    root = tmp_path / NAME
+    (root / "models").mkdir(parents=True)
+    (root / "models" / "mlp.py").write_text("mine\n")
+    (root / "README.md").write_text("my readme\n")
+    with pytest.raises(ConfigError, match="already exist") as info:
+        init_project(NAME, str(tmp_path))
+    message = str(info.value)
+    assert str(root / "models" / "mlp.py") in message
+    assert str(root / "README.md") in message
+    assert "--force" in message
+    assert (root / "models" / "mlp.py").read_text() == "mine\n"
+    assert (root / "README.md").read_text() == "my readme\n"
+    assert files_under(root) == {"models/mlp.py", "README.md"}
+
+
+def test_force_overwrites_but_never_deletes(project, tmp_path, capsys):
+    (project / "models" / "mlp.py").write_text("edited\n")
+    (project / "models" / "extra.py").write_text("kept\n")
+    assert init_project(NAME, str(tmp_path), force=True) == 0
+    assert (project / "models" / "mlp.py").read_text() == (
+        SYNTHETIC / "models" / "mlp.py"
+    ).read_text()
+    assert (project / "models" / "extra.py").read_text() == "kept\n"
+    assert files_under(project) == expected_files(NAME) | {"models/extra.py"}
+
+
+def test_force_rerun_through_the_cli_from_the_parent_directory(project, tmp_path):
+    # With `python -m` the cwd is on sys.path, so the project is a namespace package there.
+    result = run([sys.executable, "-m", "gatle_ignite", "init", NAME, "--force"], cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert f"created {project}" in result.stdout
+    refused = run([sys.executable, "-m", "gatle_ignite", "init", NAME], cwd=tmp_path)
+    assert refused.returncode == 2
+    assert "already exist" in refused.stderr
+
+
+# ----------------------------------------------------------------------------- generated files
+
+
+def test_generated_files_are_exactly_the_contracts(project):
+    assert files_under(project) == expected_files(NAME)
+    assert not list(project.rglob("__init__.py"))
+
+
+def test_no_placeholder_or_suffix_survives(project):
+    for path in project.rglob("*"):
+        assert "{{" not in path.name and "}}" not in path.name, path
+        assert not path.name.endswith("-tpl"), path
+        if path.is_file():
+            text = path.read_text(encoding="utf-8")
+            assert "{{" not in text and "-tpl" not in text, path
+
+
+def test_py_files_are_the_synthetic_examples(project):
+    renamed = {
+        f"configs/{NAME}_v0.py": "configs/synthetic_v0.py",
+        f"trainer/{NAME}_trainer.py": "trainer/synthetic_trainer.py",
+    }
+    for relative in sorted(expected_files(NAME)):
+        if not relative.endswith(".py"):
+            continue
+        source = (SYNTHETIC / renamed.get(relative, relative)).read_text()
+        expected = (
+            source.replace("examples.synthetic.", "")
+            .replace("synthetic_trainer", f"{NAME}_trainer")
+            .replace('"gatle-synthetic"', f'"{NAME}"')
+        )
+        assert (project / relative).read_text() == expected, relative
+
+
+def test_config_names_the_project(project):
+    text = (project / "configs" / f"{NAME}_v0.py").read_text()
+    assert f'cfg.project_name = "{NAME}"' in text
+    assert f'cfg.main_runner = "trainer.{NAME}_trainer"' in text
+    assert "examples." not in text
+
+
+def test_gitignore(project):
+    lines = (project / ".gitignore").read_text().split()
+    for entry in ("__pycache__/", "*.py[cod]", ".venv/", "checkpoints/", "wandb/", "data/"):
+        assert entry in lines
+
+
+def test_readme_names_every_directory_and_real_builtins(project):
+    text = (project / "README.md").read_text()
+    for directory in (
+        "models/",
+        "models/model_utils/",
+        "dataloaders/",
+        "dataloaders/data_utils/",
+        "augmentation/",
+        "losses/loss_functions/",
+        "losses/",
+        "metrics/",
+        "optimizer/",
+        "scheduler/",
+        "trainer/",
+        "callbacks/backends/",
+        "scripts/",
+        "configs/",
+    ):
+        assert f"`{directory}`" in text, directory
+    assert f"gatle-ignite config --config=configs/{NAME}_v0.py" in text
+    assert f"gatle-ignite train --config=configs/{NAME}_v0.py" in text
+    assert f"configs/{NAME}_v1.py" in text
+    assert "configs/base_utils.py" in text
+    entrypoints = {
+        "losses": "Loss",
+        "optimizers": "get_optimizer",
+        "schedulers": "get_scheduler",
+        "callbacks.backends": "Backend",
+    }
+    named = re.findall(
+        r"gatle_ignite\.(losses|optimizers|schedulers|callbacks\.backends)\.(\w+)", text
+    )
+    assert len(named) >= 9
+    for group, module in named:
+        loaded = importlib.import_module(f"gatle_ignite.{group}.{module}")
+        assert hasattr(loaded, entrypoints[group]), f"gatle_ignite.{group}.{module}"
+
+
+def test_report_lists_the_files_and_next_steps(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert init_project(NAME) == 0
+    out = capsys.readouterr().out
+    root = tmp_path / NAME
+    assert out.startswith(f"created {root}\n\n")
+    listed = [line.strip() for line in out.splitlines() if line.startswith(f"  {NAME}/")]
+    assert listed == sorted(f"{NAME}/{relative}" for relative in expected_files(NAME))
+    assert f"cd {NAME}" in out
+    assert f"gatle-ignite config --config=configs/{NAME}_v0.py" in out
+    assert f"gatle-ignite train --config=configs/{NAME}_v0.py" in out
+    assert "README.md" in out.split("next steps")[-1]
+
+
+def test_init_does_not_import_torch(tmp_path):
+    code = (
+        "import sys\n"
+        "from gatle_ignite.cli.main import main\n"
+        f"assert main(['init', 'light', '--dir', {str(tmp_path)!r}]) == 0\n"
+        "heavy = ('torch', 'ignite', 'ml_collections', 'numpy')\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in heavy))\n"
+    )
+    result = run([sys.executable, "-c", code], cwd=tmp_path, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[-1] == "[]"
+
+
+def test_template_ships_no_python_modules():
+    shipped = {p.name for p in TEMPLATE.rglob("*") if p.is_file()}
+    assert shipped and all(name.endswith("-tpl") for name in shipped)
+
+
+# ----------------------------------------------------------------------------- the project runs
+
+
+def test_generated_project_passes_config_and_trains(project):
+    config = f"--config=configs/{NAME}_v0.py"
+    checked = run([*cli_command(), "config", config], cwd=project)
+    assert checked.returncode == 0, checked.stderr
+    assert "all dotted paths resolve" in checked.stdout
+    trained = run([*cli_command(), "train", config, "--override", "max_epochs=1"], cwd=project)
+    assert trained.returncode == 0, trained.stderr
+    assert "TRAINING COMPLETE" in trained.stdout
+    assert list((project / "checkpoints" / f"{NAME}_v0").glob("latest_epoch_checkpoint_*.pt"))
+
+
+# ----------------------------------------------------------------------------- from a wheel
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory):
+    """A wheel built from this checkout, by pip and the project's own build backend."""
+    out = tmp_path_factory.mktemp("wheel")
+    # With hatchling at hand no download is needed; otherwise pip fetches it to build.
+    isolation = ["--no-build-isolation"] if importlib.util.find_spec("hatchling") else []
+    command = [sys.executable, "-m", "pip", "wheel", "--no-deps", *isolation, "-q"]
+    subprocess.run(
+        [*command, "-w", str(out), str(ROOT)], check=True, capture_output=True, timeout=300
+    )
+    (path,) = out.glob("gatle_ignite-*.whl")
+    return path
+
+
+def test_wheel_ships_the_template(wheel):
+    names = set(zipfile.ZipFile(wheel).namelist())
+    shipped = {
+        "gatle_ignite/_template/" + p.relative_to(TEMPLATE).as_posix()
+        for p in TEMPLATE.rglob("*")
+        if p.is_file() and "__pycache__" not in p.parts
+    }
+    assert len(shipped) == 9
+    assert shipped <= names
+    assert "gatle_ignite/cli/init.py" in names
+
+
+def dependency_dirs():
+    """Where this interpreter finds the runtime dependencies, without the checkout's source."""
+    dirs = set()
+    for module in ("torch", "ignite", "ml_collections", "numpy", "tqdm", "yaml", "absl"):
+        spec = importlib.util.find_spec(module)
+        if spec is not None and spec.origin:
+            dirs.add(str(Path(spec.origin).resolve().parents[1]))
+    assert str(ROOT / "src") not in dirs
+    return sorted(dirs)
+
+
+@pytest.mark.slow
+def test_installed_wheel_inits_and_trains_outside_the_checkout(wheel, tmp_path):
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
+    bin_dir = venv / ("Scripts" if os.name == "nt" else "bin")
+    python = bin_dir / "python"
+    pip = [str(python), "-m", "pip", "install", "--no-deps", "--no-index", "-q", str(wheel)]
+    subprocess.run(pip, check=True, timeout=300)
+    purelib = run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        cwd=tmp_path,
+    ).stdout.strip()
+    # Plain directory lines: a .pth line only extends sys.path, so .pth files inside those
+    # directories (the checkout's editable install among them) are not processed.
+    Path(purelib, "zz_dependencies.pth").write_text("\n".join(dependency_dirs()) + "\n")
+
+    work = tmp_path / "outside"
+    work.mkdir()
+    where = run([str(python), "-c", "import gatle_ignite; print(gatle_ignite.__file__)"], work)
+    assert where.returncode == 0, where.stderr
+    installed = Path(where.stdout.strip()).resolve()
+    assert installed.is_relative_to(venv.resolve()), installed
+    assert not installed.is_relative_to(ROOT)
+
+    cli = cli_command(bin_dir)
+    assert cli[0] == str(bin_dir / "gatle-ignite")
+    created = run([*cli, "init", NAME], cwd=work)
+    assert created.returncode == 0, created.stderr
+    project = work / NAME
+    assert files_under(project) == expected_files(NAME)
+    config = f"--config=configs/{NAME}_v0.py"
+    checked = run([*cli, "config", config], cwd=project)
+    assert "all dotted paths resolve" in checked.stdout, checked.stderr
+    trained = run([*cli, "train", config, "--override", "max_epochs=1"], cwd=project)
+    assert trained.returncode == 0, trained.stderr
+    assert "TRAINING COMPLETE" in trained.stdout
