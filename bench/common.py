@@ -16,6 +16,8 @@ ROOT = Path(__file__).resolve().parent.parent
 CONFIG = "bench/tasks/synthetic_bench.py"
 # Where a bench Trainer writes what it measured; set by the process that starts the run.
 RECORD_ENV = "GATLE_BENCH_RECORD"
+# Set, the bench Trainer also stamps its first iteration with the wall clock.
+FIRST_ITERATION_ENV = "GATLE_BENCH_FIRST_ITERATION"
 
 SEED = 42
 EPOCHS = 20
@@ -107,6 +109,7 @@ def child_env(extra=None):
     env = dict(os.environ)
     env.update({"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"})
     env.pop(RECORD_ENV, None)
+    env.pop(FIRST_ITERATION_ENV, None)
     env.update(extra or {})
     return env
 

@@ -87,7 +87,8 @@ def _first_iteration(tmp, rep):
         "--override=max_epochs=1",
         "--override=train_length=1",
     ]
-    total, started = _timed(command, env={common.RECORD_ENV: str(record)})
+    env = {common.RECORD_ENV: str(record), common.FIRST_ITERATION_ENV: "1"}
+    total, started = _timed(command, env=env)
     first = json.loads(record.read_text())["first_iteration"]
     return first - started, total
 

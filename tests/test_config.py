@@ -1,5 +1,6 @@
 """Config loading, overrides, validation and the dotted-path pre-flight (CONTRACT 3.4-3.7)."""
 
+import re
 import sys
 import warnings
 from pathlib import Path
@@ -199,9 +200,36 @@ def test_optional_field_the_config_set_can_be_overridden():
     assert cfg.valid_ds_name == "data.other"
 
 
-def test_type_clash_is_ml_collections_type_error():
-    with pytest.raises(TypeError):
+def test_a_type_clash_is_a_config_error_naming_the_field():
+    """ml_collections raises TypeError; a user gets the field and the type it holds."""
+    with pytest.raises(ConfigError, match=r"(?s)cannot override 'max_epochs' with 'foo'.*\(int\)"):
         apply_overrides(make_config(), ["max_epochs=foo"])
+
+
+@pytest.mark.parametrize(
+    ("override", "fragment"),
+    [
+        ("max_epochs=0", "max_epochs must be an int >= 1"),
+        ("every_val=-1", "every_val must be an int >= 0"),
+        ("train_length=0", "train_length must be None"),
+        ("grad_clip_norm=-1.0", "grad_clip_norm must be None (off) or a number > 0"),
+        ("logger_name=['text', 3]", "logger_name must be a list of non-empty strings"),
+        ("train_ds_params.bs=0", "train_ds_params.bs must be an int >= 1"),
+        ("train_ds_params.num_workers=-2", "train_ds_params.num_workers must be an int >= 0"),
+    ],
+)
+def test_unusable_values_are_refused_by_field(override, fragment):
+    cfg = make_config(train_ds_params={"bs": 8, "num_workers": 0})
+    cfg = apply_overrides(cfg, [override])
+    with pytest.raises(ConfigError, match=re.escape(fragment)):
+        validate_config(cfg)
+
+
+def test_every_unusable_value_is_listed_at_once():
+    cfg = apply_overrides(make_config(), ["max_epochs=0", "log_every=0"])
+    with pytest.raises(ConfigError, match="2 config value") as info:
+        validate_config(cfg)
+    assert "max_epochs" in str(info.value) and "log_every" in str(info.value)
 
 
 # ----------------------------------------------------------------------------- validate_config
@@ -431,3 +459,20 @@ def test_row_added_to_contracts_at_run_time_is_checked(monkeypatch):
     assert "config field 'teacher_name'" in message
     cfg.teacher_name = COMPONENTS
     check_dispatch(cfg)
+
+
+def test_a_refused_assignment_in_a_config_file_names_its_line(tmp_path):
+    path = tmp_path / "bad_shape.py"
+    path.write_text(
+        "from gatle_ignite import base_config\n\n\ndef get_config():\n"
+        "    cfg = base_config()\n    cfg.max_epochs = 'many'\n    return cfg\n"
+    )
+    with pytest.raises(ConfigError, match=r"bad_shape.py, line 6: the ConfigDict refused"):
+        load_config_from_file(path)
+
+
+def test_other_errors_in_a_config_file_propagate(tmp_path):
+    path = tmp_path / "buggy.py"
+    path.write_text("def get_config():\n    raise ValueError('my own bug')\n")
+    with pytest.raises(ValueError, match="my own bug"):
+        load_config_from_file(path)

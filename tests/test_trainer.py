@@ -275,3 +275,17 @@ def test_an_untrained_evaluation_reproduces_the_initial_weights(make_cfg):
         torch.equal(fresh.model.state_dict()[k], v) for k, v in first.model.state_dict().items()
     )
     assert first.dls["valid"] is not None and first.engines["trainer"].state.epoch == 0
+
+
+def test_a_misspelt_model_param_names_the_field_and_is_still_a_type_error(make_cfg):
+    with pytest.raises(
+        ConfigError, match="model_params not accepted by tests.toy.model.Model"
+    ) as info:
+        Trainer(0, make_cfg(model_params={"hiden": 4})).setup()
+    assert isinstance(info.value, TypeError) and "hiden" in str(info.value)
+
+
+def test_a_missing_warm_start_file_is_a_config_error(make_cfg, tmp_path):
+    cfg = make_cfg(model_checkpoint_dir=str(tmp_path / "nope.pt"))
+    with pytest.raises(ConfigError, match="is not a file"):
+        Trainer(0, cfg).fit()

@@ -1,8 +1,15 @@
 """Dotted-path dispatch: every component is a module path plus a fixed entrypoint name."""
 
 import importlib
+import inspect
 
-__all__ = ["CONTRACTS", "ConfigError", "import_entrypoint", "import_module_from_path"]
+__all__ = [
+    "CONTRACTS",
+    "ConfigError",
+    "call_with_params",
+    "import_entrypoint",
+    "import_module_from_path",
+]
 
 
 class ConfigError(Exception):
@@ -115,3 +122,45 @@ def import_entrypoint(path, attr, field=None):
             f"module '{path}'{named} must expose '{attr}', but does not.\n  Found: {public}"
         )
     return getattr(module, attr)
+
+
+class ParamsError(ConfigError, TypeError):
+    """Config params an entrypoint's signature refuses. Also a TypeError, as the call's was."""
+
+
+_SIGNATURE_MISMATCH = (
+    "unexpected keyword argument",
+    "required positional argument",
+    "multiple values",
+)
+
+
+def call_with_params(entrypoint, params, field, *args):
+    """``entrypoint(*args, **params)``, blaming ``field`` when it refuses the params.
+
+    A refused signature is always the config's fault. So is a TypeError or ValueError from a
+    built-in (``gatle_ignite.*``), which only passes the params on; one raised inside a
+    project's own code keeps its traceback.
+    """
+    params = dict(params or {})
+    module = getattr(entrypoint, "__module__", None) or "?"
+    try:
+        return entrypoint(*args, **params)
+    except (TypeError, ValueError) as error:
+        mismatch = isinstance(error, TypeError) and any(
+            fragment in str(error) for fragment in _SIGNATURE_MISMATCH
+        )
+        if not mismatch and not module.startswith("gatle_ignite."):
+            raise
+        name = f"{module}.{getattr(entrypoint, '__qualname__', entrypoint)}"
+        raise ParamsError(
+            f"{field} not accepted by {name}: {error}\n"
+            f"  Its parameters: {_signature_of(entrypoint)}; fix cfg.{field}."
+        ) from error
+
+
+def _signature_of(entrypoint) -> str:
+    try:
+        return str(inspect.signature(entrypoint))
+    except (TypeError, ValueError):
+        return "(unknown)"

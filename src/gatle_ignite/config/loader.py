@@ -3,6 +3,7 @@
 import ast
 import importlib.util
 import os
+import traceback
 from collections.abc import Iterable
 from typing import Optional, Union
 
@@ -43,7 +44,27 @@ def load_config_from_file(path: Union[str, os.PathLike]):
         ) from error
     if not hasattr(module, "get_config"):
         raise ConfigError(f"config file {path} must define get_config()")
-    return module.get_config()
+    try:
+        return module.get_config()
+    except (TypeError, ValueError) as error:
+        line = _refusing_config_line(error, path)
+        if line is None:
+            raise
+        raise ConfigError(
+            f"{path}, line {line}: the ConfigDict refused an assignment: {error}\n"
+            f"  A field keeps the type of its first value (None is always allowed), and keys "
+            f"cannot contain dots."
+        ) from error
+
+
+def _refusing_config_line(error: BaseException, path: str) -> Optional[int]:
+    """The config file's line when ml_collections raised ``error``, else None."""
+    frames = traceback.extract_tb(error.__traceback__)
+    if not frames or "ml_collections" not in frames[-1].filename:
+        return None
+    here = os.path.abspath(path)
+    lines = [f.lineno for f in frames if os.path.abspath(f.filename) == here]
+    return lines[-1] if lines else None
 
 
 def _parse_value(raw: str):
@@ -89,7 +110,15 @@ def _set_override(cfg, key: str, value) -> None:
         raise ConfigError(
             f"cannot override '{key}': '{parent}' has no '{leaf}'.\n  Its fields: {known}"
         )
-    container[leaf] = value
+    try:
+        container[leaf] = value
+    except (TypeError, ValueError) as error:
+        # ml_collections locks a field to the type of its first value, and refuses some keys.
+        raise ConfigError(
+            f"cannot override '{key}' with {value!r}: {error}\n"
+            f"  Give a value of the type the field already holds "
+            f"({type(container[leaf]).__name__})."
+        ) from error
 
 
 def apply_overrides(

@@ -8,6 +8,7 @@ from ml_collections import config_dict
 from gatle_ignite import dispatch
 from gatle_ignite.callbacks.logging import BUILTIN_BACKENDS, NOT_A_BACKEND
 from gatle_ignite.config.base import REQUIRED_FIELDS
+from gatle_ignite.config.values import check_values
 from gatle_ignite.dispatch import ConfigError
 from gatle_ignite.enhancements.compile import check_compile_value
 from gatle_ignite.trainer.specs import EVAL_SPECS, EngineSpec
@@ -77,6 +78,7 @@ def validate_config(
     _check_required(cfg)
     _check_n_saved(cfg)
     check_compile_value(cfg)
+    check_values(cfg)
     for spec in specs:
         _warn_about_scoring(cfg, spec)
     return cfg

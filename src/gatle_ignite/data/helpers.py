@@ -8,7 +8,7 @@ import ignite.distributed as idist
 import torch
 from torch.utils.data import DataLoader, Sampler
 
-from gatle_ignite.dispatch import ConfigError, import_entrypoint
+from gatle_ignite.dispatch import ConfigError, call_with_params, import_entrypoint
 
 __all__ = [
     "ExactDistributedSampler",
@@ -47,7 +47,7 @@ def get_aug(aug_name: Optional[str], aug_params: Optional[Mapping[str, Any]]) ->
     if not aug_name:
         return None
     transformation = import_entrypoint(aug_name, "Transformation", field="aug_name")
-    return transformation(**(aug_params or {}))
+    return call_with_params(transformation, aug_params, "aug_params")
 
 
 class ExactDistributedSampler(Sampler):

@@ -3,7 +3,7 @@
 from collections.abc import Mapping
 from typing import Any, Optional
 
-from gatle_ignite.dispatch import ConfigError, import_entrypoint
+from gatle_ignite.dispatch import ConfigError, call_with_params, import_entrypoint
 
 __all__ = ["attach_scheduler", "prep_scheduler"]
 
@@ -16,15 +16,9 @@ def prep_scheduler(
         return None, "trainer", None
     get_scheduler = import_entrypoint(lr_scheduler, "get_scheduler", field="lr_scheduler")
     params = dict(cfg.get("lr_scheduler_params", {}) or {})
-    try:
-        result = get_scheduler(cfg, train_dl, optimizer, engines, **params)
-    except TypeError as error:
-        if "unexpected keyword argument" not in str(error):
-            raise
-        raise ConfigError(
-            f"lr_scheduler_params not accepted by {lr_scheduler}.get_scheduler: {error}\n"
-            f"  Remove or rename the offending key in cfg.lr_scheduler_params."
-        ) from error
+    result = call_with_params(
+        get_scheduler, params, "lr_scheduler_params", cfg, train_dl, optimizer, engines
+    )
     if not isinstance(result, tuple) or len(result) != 3:
         raise ConfigError(
             f"{lr_scheduler}.get_scheduler must return (scheduler, engine_name, event_name), "

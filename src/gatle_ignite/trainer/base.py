@@ -14,7 +14,7 @@ from ignite.metrics import Average
 
 from gatle_ignite.config.validate import validate_config
 from gatle_ignite.data.helpers import ExactDistributedSampler, get_aug, get_dataset
-from gatle_ignite.dispatch import ConfigError, import_entrypoint
+from gatle_ignite.dispatch import ConfigError, call_with_params, import_entrypoint
 from gatle_ignite.enhancements.compile import check_build_model_override, compile_built_model
 from gatle_ignite.enhancements.early_stop import build_early_stoppers
 from gatle_ignite.schedulers import attach_scheduler, prep_scheduler
@@ -190,7 +190,7 @@ class BaseTrainer:
         is never registered as a submodule.
         """
         Model = import_entrypoint(self.cfg.model_name, "Model", field="model_name")
-        model = Model(**(self.cfg.model_params or {}))
+        model = call_with_params(Model, self.cfg.model_params, "model_params")
         # In place on the unwrapped model, before the DDP wrap below.
         self._compiling = compile_built_model(model, self.cfg)
         if idist.get_world_size() == 1:
@@ -499,7 +499,8 @@ class BaseTrainer:
 
     def build_criterion(self):
         Loss = import_entrypoint(self.cfg.criterion_name, "Loss", field="criterion_name")
-        self.criterion = Loss(**(self.cfg.criterion_params or {})).to(idist.device())
+        self.criterion = call_with_params(Loss, self.cfg.criterion_params, "criterion_params")
+        self.criterion = self.criterion.to(idist.device())
         return self.criterion
 
     def build_optimizer(self):
@@ -507,7 +508,9 @@ class BaseTrainer:
         get_optimizer = import_entrypoint(
             cfg.optimizer_name, "get_optimizer", field="optimizer_name"
         )
-        self.optimizer = get_optimizer(self.model, **(cfg.optimizer_params or {}))
+        self.optimizer = call_with_params(
+            get_optimizer, cfg.optimizer_params, "optimizer_params", self.model
+        )
         trainable = sum(p.numel() for p in self.model.parameters() if p.requires_grad)
         rank_zero_print(f"MODEL: {trainable:,} trainable parameters")
         # Only fp16 needs a GradScaler: bf16 has fp32's exponent range.

@@ -2,6 +2,7 @@
 
 import math
 import warnings
+from pathlib import Path
 
 import ignite.distributed as idist
 from ignite.handlers import Checkpoint, DiskSaver, global_step_from_engine
@@ -195,6 +196,12 @@ def load_checkpoints(trainer) -> bool:
     cfg = trainer.cfg
     loaded = False
     if cfg.model_checkpoint_dir:
+        if not Path(cfg.model_checkpoint_dir).is_file():
+            raise ConfigError(
+                f"model_checkpoint_dir {cfg.model_checkpoint_dir!r} is not a file.\n"
+                f"  Despite its name it takes a checkpoint FILE, e.g. "
+                f"<save_dir>/latest_epoch_checkpoint_3.pt."
+            )
         rank_zero_print(f"LOADING MODEL FROM: {cfg.model_checkpoint_dir}")
         load_weights(cfg.model_checkpoint_dir, trainer.model, strict=cfg.strict)
         loaded = True

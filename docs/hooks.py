@@ -1,0 +1,471 @@
+"""MkDocs hooks: the parts of the documentation that are generated from the code and the runs.
+
+Markers in the pages are replaced at build time:
+
+* ``<!-- gatle:config-reference -->``: every config field, its default read from
+  ``gatle_ignite.base_config()`` and its meaning from ``gatle_ignite.config.reference``;
+* ``<!-- gatle:undeclared-fields -->``, ``<!-- gatle:ds-params -->``,
+  ``<!-- gatle:loss-entry -->``: the other tables of that module;
+* ``<!-- gatle:contracts -->``: the entrypoint table ``gatle_ignite.dispatch.CONTRACTS``;
+* ``<!-- gatle:builtin-backends -->``: ``gatle_ignite.callbacks.logging.BUILTIN_BACKENDS``;
+* ``<!-- gatle:example NAME -->``: ``examples/NAME/README.md``, with the training curves of
+  every ``docs/data/NAME/*.csv`` inserted after its introduction;
+* ``<!-- gatle:source PATH -->``: a file of the repository as a code block;
+* ``<!-- gatle:extras -->``: the optional dependencies of ``pyproject.toml``.
+
+The curves are drawn with matplotlib's Agg backend when the build starts and added to the site
+as generated files under ``assets/curves/``; nothing is written into ``docs/``. A marker naming
+something that does not exist, or a config field without documentation, fails the build.
+"""
+
+import csv
+import html
+import io
+import math
+import re
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+from mkdocs.exceptions import PluginError
+from mkdocs.structure.files import File
+
+ROOT = Path(__file__).resolve().parent.parent
+DOCS = ROOT / "docs"
+DATA = DOCS / "data"
+EXAMPLES = ROOT / "examples"
+CURVES = "assets/curves"
+
+# The documented code is the checkout's, even when another copy is installed.
+if str(ROOT / "src") not in sys.path:
+    sys.path.insert(0, str(ROOT / "src"))
+
+_MARKER = re.compile(r"<!--\s*gatle:([a-z-]+)(?:\s+([^\s>]+))?\s*-->")
+
+# The config each data file was recorded from, when it is not examples/<ex>/configs/<ex>_v0.py.
+_RUN_CONFIGS = {
+    ("teacher_student", "teacher_metrics.csv"): "examples/teacher_student/configs/teacher_v0.py",
+    ("teacher_student", "metrics.csv"): "examples/teacher_student/configs/teacher_student_v0.py",
+}
+_RUN_LABELS = {
+    ("teacher_student", "teacher_metrics.csv"): "stage 1, the teacher",
+    ("teacher_student", "metrics.csv"): "stage 2, the student",
+}
+
+# Filled by on_files: (example, file name) -> (png path relative to the site root, series).
+_CURVES = {}
+
+
+# ---------------------------------------------------------------- small helpers
+
+
+def _cell(text) -> str:
+    """Text safe inside a markdown table cell."""
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def _prose(text) -> str:
+    """Plain prose for a table cell: no HTML tags, no accidental emphasis."""
+    return _cell(html.escape(str(text), quote=False).replace("*", "\\*"))
+
+
+def _code(text) -> str:
+    text = str(text)
+    fence = "``" if "`" in text else "`"
+    pad = " " if text.startswith("`") or text.endswith("`") else ""
+    return _cell(f"{fence}{pad}{text}{pad}{fence}")
+
+
+def _examples() -> list:
+    return sorted(p.name for p in EXAMPLES.iterdir() if (p / "README.md").is_file())
+
+
+# ---------------------------------------------------------------- config reference
+
+
+def _default(cfg, name):
+    """How a field's default reads: its value, or what a placeholder is."""
+    from ml_collections import config_dict
+
+    field = cfg._fields[name]
+    if isinstance(field, config_dict.FieldReference):
+        kind = getattr(field, "_field_type", None)
+        value = field.get()
+        if value is None:
+            kind_name = getattr(kind, "__name__", "any")
+            kind_name = "any" if kind_name == "object" else kind_name
+            return f"{_code('None')} ({kind_name})"
+        return _code(repr(value))
+    value = cfg[name]
+    if isinstance(value, config_dict.ConfigDict):
+        value = value.to_dict()
+    return _code(repr(value))
+
+
+def _check_field_docs():
+    from gatle_ignite.config.base import OPTIONAL_KNOWN, base_config
+    from gatle_ignite.config.reference import FIELD_DOCS, FIELD_GROUPS
+
+    fields = set(base_config().keys()) | set(OPTIONAL_KNOWN)
+    missing = sorted(fields - set(FIELD_DOCS))
+    stale = sorted(set(FIELD_DOCS) - fields)
+    grouped = [name for _title, names in FIELD_GROUPS for name in names]
+    twice = sorted({n for n in grouped if grouped.count(n) > 1})
+    ungrouped = sorted(set(FIELD_DOCS) - set(grouped))
+    unknown = sorted(set(grouped) - set(FIELD_DOCS))
+    problems = []
+    if missing:
+        problems.append(f"config fields without an entry in FIELD_DOCS: {missing}")
+    if stale:
+        problems.append(f"FIELD_DOCS entries that are no config field: {stale}")
+    if twice or ungrouped or unknown:
+        problems.append(
+            f"FIELD_GROUPS must list every FIELD_DOCS key once (twice: {twice}, "
+            f"missing: {ungrouped}, unknown: {unknown})"
+        )
+    if problems:
+        raise PluginError(
+            "gatle_ignite/config/reference.py is out of date: " + "; ".join(problems)
+        )
+
+
+def _config_reference() -> str:
+    from gatle_ignite.config.base import OPTIONAL_KNOWN, REQUIRED_FIELDS, base_config
+    from gatle_ignite.config.reference import FIELD_DOCS, FIELD_GROUPS
+
+    _check_field_docs()
+    cfg = base_config()
+    out = []
+    for title, names in FIELD_GROUPS:
+        out += [f"### {title}", "", "| Field | Default | Meaning |", "|---|---|---|"]
+        for name in names:
+            if name in OPTIONAL_KNOWN:
+                default = "not set (optional)"
+            else:
+                default = _default(cfg, name)
+                if name in REQUIRED_FIELDS:
+                    default += ", **required**"
+            out.append(f"| {_code(name)} | {default} | {_cell(FIELD_DOCS[name])} |")
+        out.append("")
+    return "\n".join(out)
+
+
+def _mapping_table(mapping, head) -> str:
+    out = [f"| {head} | Meaning |", "|---|---|"]
+    out += [f"| {_code(key)} | {_cell(text)} |" for key, text in mapping.items()]
+    return "\n".join(out) + "\n"
+
+
+def _contracts() -> str:
+    from gatle_ignite.dispatch import CONTRACTS
+
+    out = [
+        "| Config field(s) | Entrypoint | Contract | Resolved by `gatle-ignite config` |",
+        "|---|---|---|---|",
+    ]
+    for label, entrypoint, contract, fields in CONTRACTS:
+        checked = ", ".join(_code(f) for f in fields) if fields else "at build time"
+        out.append(f"| {_code(label)} | {_code(entrypoint)} | {_prose(contract)} | {checked} |")
+    return "\n".join(out) + "\n"
+
+
+def _module_constant(module_file, name):
+    """A literal module constant, read without importing the module (and torch with it)."""
+    import ast
+
+    tree = ast.parse((ROOT / "src" / "gatle_ignite" / module_file).read_text(encoding="utf-8"))
+    for node in tree.body:
+        targets = getattr(node, "targets", None) or [getattr(node, "target", None)]
+        if any(getattr(t, "id", None) == name for t in targets) and node.value is not None:
+            try:
+                return ast.literal_eval(node.value)
+            except ValueError as error:
+                raise PluginError(f"{module_file}: {name} is no literal: {error}") from error
+    raise PluginError(f"{module_file} defines no {name}")
+
+
+def _builtin_backends() -> str:
+    BUILTIN_BACKENDS = _module_constant("callbacks/logging.py", "BUILTIN_BACKENDS")
+    NOT_A_BACKEND = _module_constant("callbacks/logging.py", "NOT_A_BACKEND")
+    names = ", ".join(_code(n) for n in BUILTIN_BACKENDS)
+    flags = ", ".join(_code(n) for n in NOT_A_BACKEND)
+    return f"Built-in short names: {names}. Flags that are no sink: {flags}.\n"
+
+
+# ---------------------------------------------------------------- training curves
+
+
+def _read_series(path):
+    """``{name: [(x, value), ...]}`` and whether each series is per step, from a metrics.csv."""
+    series, per_step, times = defaultdict(list), {}, []
+    with open(path, newline="", encoding="utf-8") as handle:
+        for row in csv.DictReader(handle):
+            try:
+                value = float(row["value"])
+            except (TypeError, ValueError):
+                continue  # a list-valued metric (a confusion matrix) has no curve
+            name, step, epoch = row["name"], row["step"], row["epoch"]
+            if step:
+                per_step[name] = True
+                series[name].append((int(float(step)), value))
+            elif epoch:
+                per_step.setdefault(name, False)
+                series[name].append((int(float(epoch)), value))
+            if row.get("wall_time"):
+                times.append(float(row["wall_time"]))
+    if not series:
+        raise PluginError(f"{path} holds no numeric metric to plot")
+    duration = max(times) - min(times) if times else None
+    return dict(series), per_step, duration
+
+
+def _panels(series, per_step):
+    """Group the series into panels: losses, then one per metric, then per-step ones."""
+    names = sorted(series)
+    epoch_names = [n for n in names if not per_step[n]]
+    losses = [n for n in epoch_names if "loss" in n.split("/")[-1]]
+    panels = {"loss": losses} if losses else {}
+    bases = {n.split("/", 1)[-1] for n in epoch_names if n not in losses}
+    for name in epoch_names:
+        if name in losses:
+            continue
+        key = name.split("/", 1)[-1]
+        # Per-class entries (bal_acc_circle) join their base metric (bal_acc).
+        base = next((b for b in sorted(bases, key=len) if key.startswith(b + "_")), key)
+        panels.setdefault(base, []).append(name)
+    for name in names:
+        if per_step[name] and len(series[name]) > 1:
+            key = re.sub(r"_\d+$", "", name.split("/", 1)[-1])
+            panels.setdefault(f"{key} (per iteration)", []).append(name)
+    return panels
+
+
+def _draw(series, per_step, title) -> bytes:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot as plt
+    from matplotlib.ticker import MaxNLocator
+
+    panels = _panels(series, per_step)
+    if not panels:
+        raise PluginError(f"{title}: nothing to plot")
+    ncols = min(3, len(panels))
+    nrows = math.ceil(len(panels) / ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(4.2 * ncols, 3.0 * nrows), squeeze=False)
+    for ax in axes.flat[len(panels) :]:
+        ax.set_visible(False)
+    for ax, (panel, names) in zip(axes.flat, panels.items()):
+        stepwise = any(per_step[n] for n in names)
+        # Per-class series only for the namespace logged most often (valid, not test).
+        counts = defaultdict(int)
+        for name in names:
+            counts[name.split("/", 1)[0]] += len(series[name])
+        main = max(counts, key=counts.get)
+        for name in names:
+            xs, ys = zip(*series[name])
+            sub = name.split("/", 1)[-1]
+            minor = panel != "loss" and not stepwise and sub != panel
+            if minor and name.split("/", 1)[0] != main:
+                continue
+            ax.plot(
+                xs,
+                ys,
+                marker="o" if len(xs) < 25 else None,
+                markersize=3,
+                linewidth=0.8 if minor else 1.6,
+                linestyle="--" if minor else "-",
+                label=name,
+            )
+        values = [v for n in names for _x, v in series[n]]
+        if min(values) > 0 and max(values) / min(values) > 100:
+            ax.set_yscale("log")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.set_title(panel, fontsize=10)
+        ax.set_xlabel("iteration" if stepwise else "epoch", fontsize=8)
+        ax.tick_params(labelsize=7)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=6 if len(names) > 4 else 7, loc="best")
+    fig.suptitle(title, fontsize=11)
+    fig.tight_layout()
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=100, metadata={"Software": None})
+    plt.close(fig)
+    return buffer.getvalue()
+
+
+def on_files(files, config):
+    _CURVES.clear()
+    if not DATA.is_dir():
+        return files
+    for csv_path in sorted(DATA.glob("*/*.csv")):
+        example = csv_path.parent.name
+        if not (EXAMPLES / example / "README.md").is_file():
+            raise PluginError(f"{csv_path} belongs to no example: examples/{example}/ is missing")
+        series, per_step, duration = _read_series(csv_path)
+        label = _RUN_LABELS.get((example, csv_path.name), example)
+        png = f"{CURVES}/{example}/{csv_path.stem}.png"
+        files.append(File.generated(config, png, content=_draw(series, per_step, label)))
+        _CURVES[(example, csv_path.name)] = (png, series, per_step, duration)
+    return files
+
+
+def _fmt(value) -> str:
+    return f"{value:.4g}" if abs(value) < 1e5 else f"{value:.4e}"
+
+
+def _curves_section(example) -> str:
+    runs = sorted(
+        (name, entry) for (ex, name), entry in _CURVES.items() if ex == example
+    )
+    if not runs:
+        return ""
+    # metrics.csv, the example's main run, last: the stages recorded before it come first.
+    runs.sort(key=lambda run: run[0] == "metrics.csv")
+    out = [
+        "## Training curves",
+        "",
+        "Drawn when this site was built, from the `metrics.csv` that the `csv` backend wrote "
+        "during one full run of the shipped config (2-core CPU, `OMP_NUM_THREADS=1`):",
+        "",
+    ]
+    for name, (png, series, per_step, duration) in runs:
+        config = _RUN_CONFIGS.get((example, name), f"examples/{example}/configs/{example}_v0.py")
+        label = _RUN_LABELS.get((example, name))
+        if label:
+            out += [f"### {label[0].upper()}{label[1:]}", ""]
+        steps = [x for n in series if per_step[n] for x, _v in series[n]]
+        every = f" --override log_every={min(steps)}" if steps and min(steps) != 100 else ""
+        out += [
+            "```bash",
+            f"OMP_NUM_THREADS=1 gatle-ignite train --config={config} \\",
+            f"    --override \"logger_name=['text','csv']\"{every}",
+            "```",
+            "",
+            f"![Training curves of {example} ({name})](../{png})",
+            "",
+            "| Metric | First | Last | Min | Max |",
+            "|---|---|---|---|---|",
+        ]
+        for metric in sorted(series, key=lambda n: (per_step[n], n)):
+            points = series[metric]
+            values = [v for _x, v in points]
+            unit = "iteration" if per_step[metric] else "epoch"
+            first = f"{_fmt(points[0][1])} ({unit} {points[0][0]})"
+            last = f"{_fmt(points[-1][1])} ({unit} {points[-1][0]})"
+            out.append(
+                f"| {_code(metric)} | {first} | {last} | {_fmt(min(values))} | "
+                f"{_fmt(max(values))} |"
+            )
+        if duration is not None:
+            out += ["", f"First to last logged value: {duration:.1f} s of wall time."]
+        out += ["", f"The data: [`docs/data/{example}/{name}`](../data/{example}/{name}).", ""]
+    return "\n".join(out)
+
+
+# ---------------------------------------------------------------- example pages
+
+
+def _example_page(example) -> str:
+    readme = EXAMPLES / example / "README.md"
+    if not readme.is_file():
+        raise PluginError(f"gatle:example names {example!r}, but {readme} does not exist")
+    text = readme.read_text(encoding="utf-8")
+    source = (
+        f'!!! info "Source"\n    The code is in `examples/{example}/`; this page includes its '
+        f"`README.md`, so the two never disagree. Run every command from the repository root.\n"
+    )
+    lines = text.split("\n")
+    # After the title and the introduction: before the first second-level heading.
+    cut = next(
+        (i for i, line in enumerate(lines) if line.startswith("## ") and not _in_fence(lines, i)),
+        len(lines),
+    )
+    title_end = 1 if lines and lines[0].startswith("# ") else 0
+    head = "\n".join(lines[:title_end])
+    intro = "\n".join(lines[title_end:cut])
+    rest = "\n".join(lines[cut:])
+    return "\n".join([head, "", source, intro, _curves_section(example), rest])
+
+
+def _in_fence(lines, index) -> bool:
+    fences = sum(1 for line in lines[:index] if line.lstrip().startswith("```"))
+    return fences % 2 == 1
+
+
+# ---------------------------------------------------------------- sources and packaging
+
+
+def _source(relative) -> str:
+    """A file of the repository as a fenced code block, titled with its path."""
+    path = (ROOT / relative).resolve()
+    if ROOT not in path.parents or not path.is_file():
+        raise PluginError(f"gatle:source names {relative!r}, which is no file of the repository")
+    language = {".py": "python", ".sh": "bash", ".toml": "toml"}.get(path.suffix, "text")
+    text = path.read_text(encoding="utf-8").rstrip("\n")
+    return f'```{language} title="{relative}"\n{text}\n```\n'
+
+
+def _extras() -> str:
+    """The optional dependencies of pyproject.toml, as a table."""
+    text = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
+    try:
+        import tomllib
+    except ImportError:  # Python < 3.11
+        try:
+            import tomli as tomllib
+        except ImportError:
+            tomllib = None
+    if tomllib is not None:
+        extras = tomllib.loads(text)["project"]["optional-dependencies"]
+    else:
+        section = text.split("[project.optional-dependencies]", 1)[1].split("\n[", 1)[0]
+        extras = {}
+        for line in section.splitlines():
+            key, sep, value = line.partition("=")
+            if sep and key.strip() and not key.strip().startswith("#"):
+                extras[key.strip()] = re.findall(r'"([^"]+)"', value)
+    out = ["| Extra | Installs |", "|---|---|"]
+    for name, requirements in extras.items():
+        out.append(f"| {_code(name)} | {', '.join(_code(r) for r in requirements)} |")
+    return "\n".join(out) + "\n"
+
+
+# ---------------------------------------------------------------- the hook
+
+
+def on_page_markdown(markdown, page, config, files):
+    from gatle_ignite.config.reference import DS_PARAMS_DOCS, LOSS_ENTRY_DOCS, UNDECLARED_FIELD_DOCS
+
+    def expand(match):
+        kind, arg = match.group(1), match.group(2)
+        if kind == "config-reference":
+            return _config_reference()
+        if kind == "undeclared-fields":
+            return _mapping_table(UNDECLARED_FIELD_DOCS, "Field")
+        if kind == "ds-params":
+            return _mapping_table(DS_PARAMS_DOCS, "Key")
+        if kind == "loss-entry":
+            return _mapping_table(LOSS_ENTRY_DOCS, "Key")
+        if kind == "contracts":
+            return _contracts()
+        if kind == "builtin-backends":
+            return _builtin_backends()
+        if kind == "example" and arg:
+            return _example_page(arg)
+        if kind == "source" and arg:
+            return _source(arg)
+        if kind == "extras":
+            return _extras()
+        raise PluginError(f"{page.file.src_uri}: unknown marker {match.group(0)!r}")
+
+    return _MARKER.sub(expand, markdown)
+
+
+def on_pre_build(config):
+    """Fail at once when the reference or the example pages are out of date."""
+    _check_field_docs()
+    pages = {p.stem for p in (DOCS / "examples").glob("*.md") if p.stem != "index"}
+    missing = sorted(set(_examples()) - pages)
+    if missing:
+        raise PluginError(f"examples without a page under docs/examples/: {missing}")

@@ -1,0 +1,367 @@
+"""What every config field means, in words: the source of the documentation's config reference.
+
+``FIELD_DOCS`` holds one sentence or two for every field of :func:`gatle_ignite.base_config`
+and every name in ``OPTIONAL_KNOWN``; the documentation build reads the defaults from
+``base_config()`` itself and fails when a field has no entry here, or an entry names no field.
+``FIELD_GROUPS`` orders the fields into the sections the reference shows.
+
+Nothing in the framework imports this module at run time.
+"""
+
+__all__ = [
+    "DS_PARAMS_DOCS",
+    "FIELD_DOCS",
+    "FIELD_GROUPS",
+    "LOSS_ENTRY_DOCS",
+    "UNDECLARED_FIELD_DOCS",
+]
+
+FIELD_DOCS: dict[str, str] = {
+    # ---- identity and wiring ----
+    "name": (
+        "Identifies the run: the W&B run id and name, the MLflow run name and the Discord "
+        "embed title. By convention the config file's stem (`Path(__file__).stem`)."
+    ),
+    "save_dir": (
+        "Directory the run writes into (checkpoints, `config.json`, `metrics.csv`, "
+        "`tensorboard/`) and where `resume` and `gatle-ignite eval` look. Used as given: no "
+        "per-run sub-directory is added."
+    ),
+    "project_name": "The W&B project and the MLflow experiment. The text logger ignores it.",
+    "main_runner": (
+        "Dotted path of the module exposing `Trainer`, your `BaseTrainer` subclass; the "
+        "launcher builds `Trainer(local_rank, cfg)` and calls `fit()` or `evaluate()`."
+    ),
+    "seed": (
+        "Seeds Python, NumPy and torch when the trainer is built, with the same value on every "
+        "rank, so it fixes the initial weights."
+    ),
+    # ---- model ----
+    "model_name": "Dotted path of the module exposing `Model`.",
+    "model_params": "Keyword arguments of `Model(**model_params)`.",
+    "auto_model_params": (
+        "Keyword arguments of `idist.auto_model`, the DDP wrap, used only when more than one "
+        "process runs. `sync_bn=True` converts BatchNorm to SyncBatchNorm, which needs a GPU "
+        "backend: set it False for CPU (gloo) runs."
+    ),
+    # ---- data ----
+    "train_ds_name": "Dotted path of the module exposing `get_ds` for the training split.",
+    "train_ds_params": (
+        "Passed to the training `get_ds`. Holds the total batch size `bs` and the other "
+        "loader keys `build_dataloader` reads; every other key is the dataset's own."
+    ),
+    "aug_name": (
+        "Optional dotted path of a module exposing `Transformation`. Built once and handed to "
+        "every split's `get_ds` as `transform`; the dataset decides where to apply it."
+    ),
+    "aug_params": "Keyword arguments of `Transformation(**aug_params)`.",
+    "valid_ds_name": (
+        "Dotted path (exposing `get_ds`) of the validation split. Not set, or empty: no "
+        "evaluator is built, so no `valid/*` metric and no best checkpoint."
+    ),
+    "valid_ds_params": (
+        "Passed to the validation `get_ds`; `exact_sharding` defaults to True for it."
+    ),
+    "test_ds_name": (
+        "Dotted path of the test split's `get_ds`. Not set: no tester is built. It runs every "
+        "`every_test` epochs during training, and always under `gatle-ignite eval`."
+    ),
+    "test_ds_params": "Passed to the test `get_ds`; `exact_sharding` defaults to True for it.",
+    # ---- loss ----
+    "criterion_name": (
+        "Dotted path of the module exposing `Loss`, the whole criterion. Usually "
+        "`gatle_ignite.losses.composite`, a weighted sum of terms."
+    ),
+    "criterion_params": (
+        "Keyword arguments of `Loss(**criterion_params)`; for the composite, "
+        "`{'dict_of_loss_params': {<key>: {'cls_name', 'weight', 'loss_params'}}}`."
+    ),
+    # ---- optimizer and schedule ----
+    "optimizer_name": (
+        "Dotted path of the module exposing `get_optimizer`. Built-ins are named in full "
+        "(`gatle_ignite.optimizers.adamw`); a bare `adamw` does not resolve."
+    ),
+    "optimizer_params": (
+        "Keyword arguments of `get_optimizer(model, **optimizer_params)`. The built-in "
+        "schedulers read the base learning rate `lr` from here."
+    ),
+    "lr_scheduler": (
+        "Dotted path of the module exposing `get_scheduler`, e.g. "
+        "`gatle_ignite.schedulers.warmup_cosine`. Not set: the learning rate stays constant."
+    ),
+    "lr_scheduler_params": (
+        "Keyword arguments added to `get_scheduler(cfg, train_dl, optimizer, engines, ...)`; "
+        "one it does not accept is a config error."
+    ),
+    "grad_clip_norm": (
+        "Clip gradients to this total L2 norm before each optimizer step; unset = off."
+    ),
+    "grad_clip_value": (
+        "Clip each gradient element to +/- this value before each step; unset = off."
+    ),
+    "accum_steps": (
+        "Gradient accumulation: micro-batches per optimizer step. Each micro-batch's loss is "
+        "divided by the window; clipping applies to the accumulated gradient; windows never "
+        "cross an epoch's end."
+    ),
+    # ---- training loop ----
+    "max_epochs": (
+        "Training epochs. It also fixes the length of the built-in LR schedules, so keep it "
+        "unchanged when resuming."
+    ),
+    "every_val": "Run the evaluator every N epochs; 0 builds no evaluator.",
+    "every_test": (
+        "Run the tester every N epochs during training; 0, the default, never runs it while "
+        "training."
+    ),
+    "train_length": (
+        "Iterations per training epoch; unset = one pass over the loader. Must not change "
+        "across a resume."
+    ),
+    "val_length": "Iterations per evaluator run; unset = the whole validation loader.",
+    "test_length": "Iterations per tester run; unset = the whole test loader.",
+    "early_stop_patience": (
+        "Stop after this many evaluator runs in a row without an improvement of "
+        "`score_name` (times `score_factor`); 0 = never stop early."
+    ),
+    "early_stop_after": (
+        "Trainer epochs to wait before early stopping starts counting: evaluations at an "
+        "earlier epoch are ignored."
+    ),
+    # ---- precision and speed ----
+    "amp_dtype": (
+        "Autocast precision: `auto` (bf16 on a CUDA device that supports it, else fp32), "
+        "`bf16`, `fp16` (CUDA only, with a GradScaler) or `fp32` (autocast off)."
+    ),
+    "cudnn_benchmark": "Sets `torch.backends.cudnn.benchmark` when the trainer is built.",
+    "compile": (
+        "`torch.compile` for the model, in place and before any DDP wrap: True, False, "
+        "`'auto'` (only on an accelerator, and only where dynamo would not skip the model) or "
+        "unset (off). Checkpoints are the same with and without it."
+    ),
+    "compile_params": (
+        "Keyword arguments of `nn.Module.compile()` (`mode`, `dynamic`, `backend`, "
+        "`fullgraph`, ...), passed through unchecked."
+    ),
+    # ---- metrics and scoring ----
+    "train_metrics": (
+        "`{key: {'cls_name': <module with get_metric>, 'params': {...}}}` computed on the "
+        "trainer and logged as `train/<key>`. Loss averages are added on their own."
+    ),
+    "val_metrics": "The same mapping for the evaluator, logged as `valid/<key>`.",
+    "tester_metrics": "The same mapping for the tester, logged as `test/<key>`.",
+    "score_name": (
+        "The evaluator metric that selects the best checkpoint, as a full key (`valid/acc`). "
+        "Unset: only `latest` checkpoints are written. A non-finite score ends the run."
+    ),
+    "score_factor": (
+        "Multiplies the score. The best checkpoint keeps the maximum, so use -1 when lower is "
+        "better (a loss, an error rate)."
+    ),
+    "tester_score_name": (
+        "A tester metric (`test/acc`) that selects its own `test_best_result*` checkpoints. "
+        "`gatle-ignite eval --ckpt best` never picks those."
+    ),
+    "tester_score_factor": "`score_factor` for `tester_score_name`.",
+    # ---- checkpoints and resume ----
+    "save_ckpt": (
+        "Write checkpoints at all. False: nothing is saved, not even at preemption (a "
+        "non-finite score still ends the run)."
+    ),
+    "n_saved": (
+        "How many files of each kind (latest, each best) to keep: an int >= 1, or None for "
+        "all. Only files this process wrote are rotated out; older ones stay."
+    ),
+    "resume": (
+        "Continue from the newest `latest_epoch*` or `latest_iter*` checkpoint in `save_dir`, "
+        "with the optimizer, schedule, epoch, position in the data and random state. Without "
+        "one it warns and starts fresh, so it is safe to leave on."
+    ),
+    "save_every_iters": (
+        "Also write a resumable `latest_iter_checkpoint_<iteration>.pt` every N trainer "
+        "iterations, mid-epoch; 0 = only at epoch ends. Rotated by `n_saved` like the others."
+    ),
+    "model_checkpoint_dir": (
+        "A checkpoint file (despite the name) to load the model's weights from before "
+        "training: a warm start or fine-tune, with a fresh optimizer at epoch 0."
+    ),
+    "strict": (
+        "`strict=` for the `model_checkpoint_dir` load and for the model load of "
+        "`gatle-ignite eval`."
+    ),
+    "run": (
+        "Inference mode, set by `gatle-ignite eval`: its presence, whatever its value (even "
+        "False), makes the launcher load a checkpoint and evaluate, never train or write."
+    ),
+    "load_from_ckpt": (
+        "Which checkpoint inference mode loads: `best` (the highest `valid_best_result*`, "
+        "the default) or `latest`; `--ckpt` sets it."
+    ),
+    # ---- logging ----
+    "logger_name": (
+        "The sinks, in order: the built-in short names `text`, `csv`, `tensorboard`, `mlflow`, "
+        "`wandb`, `discord`, dotted paths of your own backend modules, and the flag `pbar` "
+        "(tqdm bars instead of text progress lines)."
+    ),
+    "log_every": (
+        "Trainer iterations between learning-rate points (`train/lr_<group>`), and gradient-norm "
+        "points with `watch_grad`."
+    ),
+    "watch_grad": (
+        "Log the global gradient norm (`train/grad_norm`) every `log_every` iterations and "
+        "call each backend's `watch(model)` once."
+    ),
+    "tags": "Tags for the W&B run.",
+    "wandb_entity": "The W&B entity (team or user); not set = your default entity.",
+    "discord_url": (
+        "The Discord webhook. Prefer the `DISCORD_WEBHOOK_URL` environment variable: a "
+        "credential does not belong in a config (it is redacted from every record)."
+    ),
+    # ---- distributed ----
+    "dist_backend": (
+        "`torch.distributed` backend when more than one process runs; `nccl` falls back to "
+        "`gloo` without CUDA."
+    ),
+    "nnodes": "Number of machines gatle-ignite spawns ranks on.",
+    "node_rank": (
+        "This machine's index, 0 to `nnodes - 1`; each node runs the same command with its own."
+    ),
+    "nproc_per_node": (
+        "Processes (ranks) per machine; unset = the number of visible GPUs, or 1 without one."
+    ),
+    "master_addr": (
+        "Rendezvous host: node 0's address. Unset: `MASTER_ADDR`, else `127.0.0.1`, which is "
+        "refused when `nnodes > 1`."
+    ),
+    "master_port": (
+        "Rendezvous port. Unset: `MASTER_PORT`, else a random port in 49152-65535 (one node "
+        "only); `nnodes > 1` needs the same port on every node."
+    ),
+}
+
+# Sections of the config reference, in order; together they hold every key of FIELD_DOCS once.
+FIELD_GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("Identity and wiring", ("name", "save_dir", "project_name", "main_runner", "seed")),
+    ("Model", ("model_name", "model_params", "auto_model_params")),
+    (
+        "Data",
+        (
+            "train_ds_name",
+            "train_ds_params",
+            "valid_ds_name",
+            "valid_ds_params",
+            "test_ds_name",
+            "test_ds_params",
+            "aug_name",
+            "aug_params",
+        ),
+    ),
+    ("Loss", ("criterion_name", "criterion_params")),
+    (
+        "Optimizer and schedule",
+        (
+            "optimizer_name",
+            "optimizer_params",
+            "lr_scheduler",
+            "lr_scheduler_params",
+            "grad_clip_norm",
+            "grad_clip_value",
+            "accum_steps",
+        ),
+    ),
+    (
+        "Training loop",
+        (
+            "max_epochs",
+            "every_val",
+            "every_test",
+            "train_length",
+            "val_length",
+            "test_length",
+            "early_stop_patience",
+            "early_stop_after",
+        ),
+    ),
+    ("Precision and speed", ("amp_dtype", "cudnn_benchmark", "compile", "compile_params")),
+    (
+        "Metrics and scoring",
+        (
+            "train_metrics",
+            "val_metrics",
+            "tester_metrics",
+            "score_name",
+            "score_factor",
+            "tester_score_name",
+            "tester_score_factor",
+        ),
+    ),
+    (
+        "Checkpoints, resume and evaluation",
+        (
+            "save_ckpt",
+            "n_saved",
+            "resume",
+            "save_every_iters",
+            "model_checkpoint_dir",
+            "strict",
+            "run",
+            "load_from_ckpt",
+        ),
+    ),
+    (
+        "Logging",
+        ("logger_name", "log_every", "watch_grad", "tags", "wandb_entity", "discord_url"),
+    ),
+    (
+        "Distributed",
+        ("dist_backend", "nnodes", "node_rank", "nproc_per_node", "master_addr", "master_port"),
+    ),
+)
+
+# Read by the framework but declared nowhere (base_config() does not set them).
+UNDECLARED_FIELD_DOCS: dict[str, str] = {
+    "discord_username": "The name the Discord backend posts as; default `gatle`.",
+    "<name>_ds_name / <name>_ds_params": (
+        "The data of an engine a trainer declares with `EngineSpec.for_split(name)`, unless "
+        "its `ds_prefix` shares another split's loader."
+    ),
+    "<name>_metrics": "That engine's metric mapping, logged as `<name>/<key>`.",
+    "every_<name>": (
+        "That engine's cadence in epochs; required once the engine is declared (0 = off)."
+    ),
+    "<name>_length": "Iterations per run of that engine; unset = the whole loader.",
+    "<name>_score_name / <name>_score_factor": (
+        "A metric of that engine selecting `<name>_best_result*` checkpoints, and its factor."
+    ),
+    "<name>_early_stop_patience / <name>_early_stop_after": (
+        "Early stopping on that engine's score, as for the evaluator."
+    ),
+}
+
+# The keys of a *_ds_params mapping that gatle_ignite.build_dataloader reads.
+DS_PARAMS_DOCS: dict[str, str] = {
+    "bs": "The TOTAL batch size across all ranks, on every split (default 1).",
+    "num_workers": "DataLoader workers (default 0); divided among a node's ranks.",
+    "shuffle": "Shuffle the order (default False); ignored, with a warning, when a sampler is set.",
+    "drop_last": "Drop the last incomplete batch (default False; never done for eval splits).",
+    "pin_memory": "Pin host memory (default: whether CUDA is available).",
+    "collate_fn": ("A callable, or `{'cls_name': <module with get_collate_fn>, 'params': {...}}`."),
+    "sampler_params": "`{'cls_name': <module with get_sampler>, 'params': {...}}`.",
+    "exact_sharding": (
+        "Shard the split into contiguous, unpadded blocks across ranks, so metrics equal the "
+        "one-process value (default True for eval splits, False for training)."
+    ),
+}
+
+# The keys of one entry of gatle_ignite.losses.composite's dict_of_loss_params.
+LOSS_ENTRY_DOCS: dict[str, str] = {
+    "cls_name": "Dotted path of the module exposing the term's `Loss` (required).",
+    "weight": (
+        "The term's weight in the total (required; 0.0 still computes and logs it, adding nothing)."
+    ),
+    "loss_params": "Keyword arguments of the term's `Loss(**loss_params)`.",
+    "start_iteration": (
+        "First trainer iteration the term is active (inclusive); unset = from the start."
+    ),
+    "end_iteration": "Last trainer iteration the term is active (inclusive); unset = to the end.",
+}
