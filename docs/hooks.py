@@ -11,7 +11,8 @@ Markers in the pages are replaced at build time:
 * ``<!-- gatle:example NAME -->``: ``examples/NAME/README.md``, with the training curves of
   every ``docs/data/NAME/*.csv`` inserted after its introduction;
 * ``<!-- gatle:source PATH -->``: a file of the repository as a code block;
-* ``<!-- gatle:extras -->``: the optional dependencies of ``pyproject.toml``.
+* ``<!-- gatle:extras -->``: the optional dependencies of ``pyproject.toml``;
+* ``<!-- gatle:cli-help -->``: the help of ``gatle-ignite`` and of each sub-command.
 
 The curves are drawn with matplotlib's Agg backend when the build starts and added to the site
 as generated files under ``assets/curves/``; nothing is written into ``docs/``. A marker naming
@@ -431,6 +432,34 @@ def _extras() -> str:
     return "\n".join(out) + "\n"
 
 
+def _cli_help() -> str:
+    """``gatle-ignite --help`` and each sub-command's help, from the real parser."""
+    import argparse
+    import os
+
+    from gatle_ignite.cli.main import build_parser
+
+    saved = {name: os.environ.get(name) for name in ("COLUMNS", "NO_COLOR")}
+    # argparse wraps to the terminal (and may colour it): make the page stable.
+    os.environ.update(COLUMNS="100", NO_COLOR="1")
+    try:
+        parser = build_parser()
+        out = ["### `gatle-ignite --help`", "", "```text", parser.format_help().rstrip(), "```", ""]
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for name, sub in action.choices.items():
+                    help_text = sub.format_help().rstrip()
+                    out += [f"### `gatle-ignite {name} --help`", "", "```text", help_text]
+                    out += ["```", ""]
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+    return "\n".join(out)
+
+
 # ---------------------------------------------------------------- the hook
 
 
@@ -457,6 +486,8 @@ def on_page_markdown(markdown, page, config, files):
             return _source(arg)
         if kind == "extras":
             return _extras()
+        if kind == "cli-help":
+            return _cli_help()
         raise PluginError(f"{page.file.src_uri}: unknown marker {match.group(0)!r}")
 
     return _MARKER.sub(expand, markdown)

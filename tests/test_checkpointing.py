@@ -317,3 +317,9 @@ def test_find_latest_uses_the_newest_file(tmp_path):
         time.sleep(0.01)
     assert find_latest_checkpoint(tmp_path).name == "latest_epoch_checkpoint_2.pt"
     assert find_latest_checkpoint(tmp_path / "missing") is None
+
+
+def test_resuming_with_another_epoch_length_warns(make_cfg):
+    Trainer(0, make_cfg(max_epochs=1, train_length=2)).fit()
+    with pytest.warns(UserWarning, match="epochs have 2 iterations and this run's have 4"):
+        Trainer(0, make_cfg(max_epochs=2, resume=True)).fit()

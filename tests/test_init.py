@@ -3,6 +3,7 @@
 import importlib
 import os
 import re
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -305,8 +306,8 @@ def dependency_dirs():
     return sorted(dirs)
 
 
-@pytest.mark.slow
-def test_installed_wheel_inits_and_trains_outside_the_checkout(wheel, tmp_path):
+def _installed_wheel(wheel, tmp_path):
+    """A fresh venv holding the wheel, with the dependencies visible; returns its bin dir."""
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
     bin_dir = venv / ("Scripts" if os.name == "nt" else "bin")
@@ -320,15 +321,19 @@ def test_installed_wheel_inits_and_trains_outside_the_checkout(wheel, tmp_path):
     # Plain directory lines: a .pth line only extends sys.path, so .pth files inside those
     # directories (the checkout's editable install among them) are not processed.
     Path(purelib, "zz_dependencies.pth").write_text("\n".join(dependency_dirs()) + "\n")
-
-    work = tmp_path / "outside"
-    work.mkdir()
-    where = run([str(python), "-c", "import gatle_ignite; print(gatle_ignite.__file__)"], work)
+    where = run([str(python), "-c", "import gatle_ignite; print(gatle_ignite.__file__)"], tmp_path)
     assert where.returncode == 0, where.stderr
     installed = Path(where.stdout.strip()).resolve()
     assert installed.is_relative_to(venv.resolve()), installed
     assert not installed.is_relative_to(ROOT)
+    return bin_dir
 
+
+@pytest.mark.slow
+def test_installed_wheel_inits_and_trains_outside_the_checkout(wheel, tmp_path):
+    bin_dir = _installed_wheel(wheel, tmp_path)
+    work = tmp_path / "outside"
+    work.mkdir()
     cli = cli_command(bin_dir)
     assert cli[0] == str(bin_dir / "gatle-ignite")
     created = run([*cli, "init", NAME], cwd=work)
@@ -341,3 +346,21 @@ def test_installed_wheel_inits_and_trains_outside_the_checkout(wheel, tmp_path):
     trained = run([*cli, "train", config, "--override", "max_epochs=1"], cwd=project)
     assert trained.returncode == 0, trained.stderr
     assert "TRAINING COMPLETE" in trained.stdout
+
+
+@pytest.mark.slow
+def test_installed_wheel_trains_a_copy_of_the_synthetic_example(wheel, tmp_path):
+    bin_dir = _installed_wheel(wheel, tmp_path)
+    work = tmp_path / "outside"
+    shutil.copytree(
+        ROOT / "examples",
+        work / "examples",
+        ignore=shutil.ignore_patterns("checkpoints*", "__pycache__"),
+    )
+    config = "--config=examples/synthetic/configs/synthetic_v0.py"
+    trained = run([*cli_command(bin_dir), "train", config, "--override", "max_epochs=2"], work)
+    assert trained.returncode == 0, trained.stderr
+    assert "TRAINING COMPLETE after 2 epochs" in trained.stdout
+    assert (
+        work / "examples/synthetic/checkpoints/synthetic_v0/latest_epoch_checkpoint_2.pt"
+    ).exists()

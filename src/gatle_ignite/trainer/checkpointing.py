@@ -241,6 +241,7 @@ def _resume_from(trainer, state) -> None:
     if missing:
         warnings.warn(f"checkpoint has no state for {missing}; resuming without it.", stacklevel=3)
     present = {key: obj for key, obj in objects.items() if key in state}
+    _warn_if_epoch_length_changed(trainer, state.get("trainer", {}))
     Checkpoint.load_objects(to_load=present, checkpoint=state)
     restored = objects["run_meta"].restored_max_epochs
     max_epochs = trainer.cfg.max_epochs
@@ -251,6 +252,22 @@ def _resume_from(trainer, state) -> None:
             f"  Keep max_epochs={restored}, or start fresh from the weights with resume=False and "
             f"model_checkpoint_dir=<a latest_epoch checkpoint> and the new max_epochs.",
             stacklevel=3,
+        )
+
+
+def _warn_if_epoch_length_changed(trainer, engine_state) -> None:
+    saved = engine_state.get("epoch_length")
+    try:
+        now = trainer.cfg.train_length or len(trainer.dls["train"])
+    except TypeError:
+        return
+    if saved is not None and saved != now:
+        warnings.warn(
+            f"the checkpoint's epochs have {saved} iterations and this run's have {now}; ignite "
+            f"keeps {saved} for the rest of the run.\n"
+            f"  Resume with the train_length and data the run was started with, or start fresh "
+            f"(resume=False, model_checkpoint_dir=<the checkpoint>).",
+            stacklevel=4,
         )
 
 

@@ -1,0 +1,81 @@
+"""Every shipped example: its configs resolve, and one short epoch trains (EXAMPLES.md 0)."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import ROOT
+
+CONFIGS = sorted(
+    path.relative_to(ROOT).as_posix()
+    for path in (ROOT / "examples").glob("*/configs/*.py")
+    if path.name not in ("__init__.py", "base_utils.py")
+)
+# teacher_student needs a trained teacher first, so EXAMPLES.md exempts it from the smoke run.
+SMOKED = [c for c in CONFIGS if "/teacher_student/" not in c]
+SMOKE = ["--override=max_epochs=1", "--override=train_length=2", "--override=val_length=2"]
+
+
+def _cli(*args, timeout=300):
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    return subprocess.run(
+        [sys.executable, "-m", "gatle_ignite", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+    )
+
+
+def test_every_example_ships_its_configs():
+    examples = {c.split("/")[1] for c in CONFIGS}
+    assert examples == {
+        "synthetic",
+        "classification",
+        "contrastive",
+        "diffusion",
+        "ema",
+        "gan",
+        "digits",
+        "teacher_student",
+        "translation",
+        "templates",
+    }
+    assert "examples/teacher_student/configs/teacher_v0.py" in CONFIGS
+
+
+def test_every_config_resolves_its_dotted_paths():
+    done = _cli("config", "--config=" + ",".join(CONFIGS))
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.count("all dotted paths resolve.") == len(CONFIGS)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("config", SMOKED)
+def test_every_example_trains_one_short_epoch(config, tmp_path):
+    done = _cli("train", f"--config={config}", *SMOKE, f"--override=save_dir={str(tmp_path)!r}")
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    assert "TRAINING COMPLETE after 1 epochs" in done.stdout
+    assert list(tmp_path.glob("latest_epoch_checkpoint_1.pt"))
+
+
+@pytest.mark.slow
+def test_the_synthetic_example_trains_two_epochs_from_the_source_tree(tmp_path):
+    config = "--config=examples/synthetic/configs/synthetic_v0.py"
+    done = _cli(
+        "train", config, "--override=max_epochs=2", f"--override=save_dir={str(tmp_path)!r}"
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "TRAINING COMPLETE after 2 epochs" in done.stdout
+
+
+@pytest.mark.slow
+def test_the_classification_example_trains_compiled(tmp_path):
+    config = "--config=examples/classification/configs/classification_v0.py"
+    args = [*SMOKE, "--override=compile=True", f"--override=save_dir={str(tmp_path)!r}"]
+    done = _cli("train", config, *args, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "TRAINING COMPLETE after 1 epochs" in done.stdout
