@@ -88,7 +88,8 @@ def _default(cfg, name):
     """How a field's default reads: its value, or what a placeholder is."""
     from ml_collections import config_dict
 
-    field = cfg._fields[name]
+    # The raw field, to tell a typed placeholder from a value; ml_collections keeps it here.
+    field = getattr(cfg, "_fields", {}).get(name, cfg[name])
     if isinstance(field, config_dict.FieldReference):
         kind = getattr(field, "_field_type", None)
         value = field.get()
@@ -125,9 +126,7 @@ def _check_field_docs():
             f"missing: {ungrouped}, unknown: {unknown})"
         )
     if problems:
-        raise PluginError(
-            "gatle_ignite/config/reference.py is out of date: " + "; ".join(problems)
-        )
+        raise PluginError("gatle_ignite/config/reference.py is out of date: " + "; ".join(problems))
 
 
 def _config_reference() -> str:
@@ -161,11 +160,12 @@ def _contracts() -> str:
     from gatle_ignite.dispatch import CONTRACTS
 
     out = [
-        "| Config field(s) | Entrypoint | Contract | Resolved by `gatle-ignite config` |",
+        "| Config field(s) | Entrypoint | Contract "
+        "| Top-level fields `gatle-ignite config` resolves |",
         "|---|---|---|---|",
     ]
     for label, entrypoint, contract, fields in CONTRACTS:
-        checked = ", ".join(_code(f) for f in fields) if fields else "at build time"
+        checked = ", ".join(_code(f) for f in fields) if fields else "nested entries (below)"
         out.append(f"| {_code(label)} | {_code(entrypoint)} | {_prose(contract)} | {checked} |")
     return "\n".join(out) + "\n"
 
@@ -316,9 +316,7 @@ def _fmt(value) -> str:
 
 
 def _curves_section(example) -> str:
-    runs = sorted(
-        (name, entry) for (ex, name), entry in _CURVES.items() if ex == example
-    )
+    runs = sorted((name, entry) for (ex, name), entry in _CURVES.items() if ex == example)
     if not runs:
         return ""
     # metrics.csv, the example's main run, last: the stages recorded before it come first.

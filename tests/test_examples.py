@@ -79,3 +79,19 @@ def test_the_classification_example_trains_compiled(tmp_path):
     done = _cli("train", config, *args, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "TRAINING COMPLETE after 1 epochs" in done.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1500)
+def test_every_example_full_run_passes_its_own_checks():
+    """``make examples``: each example trains in full, then its scripts/ checks must pass."""
+    done = subprocess.run(
+        [sys.executable, "scripts/run_examples.py"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=1400,
+    )
+    summary = done.stdout[done.stdout.rfind("example            result") :]
+    assert done.returncode == 0, summary or done.stdout[-3000:] + done.stderr[-3000:]
+    assert "10 passed, 0 failed" in summary

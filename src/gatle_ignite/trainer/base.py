@@ -181,6 +181,7 @@ class BaseTrainer:
         return engine.state.metrics
 
     def forward(self, model_input):
+        """Run the model on ``model_input``, splatted as keyword arguments."""
         return self.model(**model_input)
 
     def build_model(self):
@@ -223,6 +224,7 @@ class BaseTrainer:
     # ---- Steps: overridable, the defaults suit most supervised tasks ----
 
     def loss_fn(self, y_pred, target, **kwargs):
+        """``(total loss, {"loss_<key>": tensor})`` from the criterion."""
         return self.criterion(y_pred, target, **kwargs)
 
     def backward(self, loss, step=True):
@@ -254,6 +256,8 @@ class BaseTrainer:
             torch.nn.utils.clip_grad_norm_(model.parameters(), self.grad_clip_norm)
 
     def train_step(self, engine, batch, split="train"):
+        """One training micro-batch: forward and loss under autocast, backward, and the optimizer
+        step when the batch ends an accumulation window."""
         engine.state.batch = None
         engine.state.output = None
         self.model.train()
@@ -290,6 +294,7 @@ class BaseTrainer:
         return self.model.no_sync()
 
     def eval_step(self, engine, batch, split="valid"):
+        """One evaluation batch: forward under ``no_grad`` and autocast; no loss."""
         engine.state.batch = None
         engine.state.output = None
         self.model.eval()
@@ -332,6 +337,7 @@ class BaseTrainer:
         return self
 
     def fit(self):
+        """Train: set up, load what the config asks (weights, resume), run, tear down."""
         try:
             data = self._prepare_fit()
             with preemption_signals():
@@ -445,6 +451,7 @@ class BaseTrainer:
         return results
 
     def teardown(self, failed=False):
+        """Close every logging backend, marking the run failed when it was."""
         if self.logger is not None:
             self.logger.finish(failed=failed)
 
@@ -498,12 +505,14 @@ class BaseTrainer:
             )
 
     def build_criterion(self):
+        """Build ``Loss(**criterion_params)`` on the run's device."""
         Loss = import_entrypoint(self.cfg.criterion_name, "Loss", field="criterion_name")
         self.criterion = call_with_params(Loss, self.cfg.criterion_params, "criterion_params")
         self.criterion = self.criterion.to(idist.device())
         return self.criterion
 
     def build_optimizer(self):
+        """Build the optimizer; also the GradScaler (fp16 on CUDA), clipping and accumulation."""
         cfg = self.cfg
         get_optimizer = import_entrypoint(
             cfg.optimizer_name, "get_optimizer", field="optimizer_name"
@@ -536,6 +545,7 @@ class BaseTrainer:
         return accum
 
     def build_engines(self):
+        """One ignite Engine per spec; an eval engine that will never run is None."""
         specs = self.eval_specs()
         self._check_specs_are_distinct(specs)
         train_spec = self.train_spec()
@@ -567,6 +577,7 @@ class BaseTrainer:
                 )
 
     def build_scheduler(self):
+        """Build the configured LR scheduler and attach it to the engine it names."""
         # The whole engines dict, so a schedule can follow any engine the task declared.
         scheduler, engine_name, event_name = prep_scheduler(
             self.cfg.lr_scheduler, self.cfg, self.dls["train"], self.optimizer, self.engines
@@ -575,6 +586,7 @@ class BaseTrainer:
         return self.scheduler
 
     def attach_metrics(self):
+        """Attach each engine's config metrics (and the trainer's loss averages)."""
         for spec in (self.train_spec(), *self.eval_specs()):
             engine = self.engines.get(spec.key)
             if engine is None:
@@ -591,6 +603,7 @@ class BaseTrainer:
     def init_metrics(
         self, engine, engine_type, metrics_cfg, info=None, with_losses=True, total_loss=True
     ):
+        """Attach ``metrics_cfg``'s metrics and, with ``with_losses``, the loss averages."""
         dict_metrics = self.dict_metric_from_list(engine_type, metrics_cfg, {}, info=info)
         if with_losses:
             keys = ["loss"] if total_loss else []
@@ -611,6 +624,7 @@ class BaseTrainer:
         return {}
 
     def attach_runner(self):
+        """The training run's handlers: NaN stop, logging, eval runs, early stopping."""
         trainer = self.engines["trainer"]
         # Stop at the first non-finite loss: the weights cannot recover from it.
         trainer.add_event_handler(

@@ -71,6 +71,7 @@ def _mtime(path) -> float:
 
 
 def find_latest_checkpoint(save_dir, extension="pt") -> Optional[Path]:
+    """The newest ``latest_epoch*`` file, by modification time."""
     files = _candidates(save_dir, LATEST_PREFIX, extension)
     return max(files, key=_mtime) if files else None
 
@@ -93,8 +94,13 @@ def find_best_checkpoint(save_dir, prefix="", extension="pt") -> Optional[Path]:
 
 
 def resolve_eval_checkpoint(save_dir, load_from_ckpt="best", prefix="valid_") -> Optional[Path]:
+    """The file ``gatle-ignite eval`` loads: the best one, or the newest resumable one.
+
+    "latest" is the checkpoint a resume would continue from, a ``latest_iter`` file included.
+    """
     if load_from_ckpt == "latest":
-        return find_latest_checkpoint(save_dir)
+        newest = find_resume_checkpoints(save_dir)
+        return newest[0] if newest else None
     return find_best_checkpoint(save_dir, prefix=prefix)
 
 

@@ -10,6 +10,7 @@ __all__ = ["setup_seed"]
 
 
 def setup_seed(seed, cudnn_benchmark=False):
+    """Seed Python, NumPy and torch (CUDA included) with ``seed``; set cudnn's benchmark mode."""
     random.seed(seed)
     os.environ["PYTHONHASHSEED"] = str(seed)
     np.random.seed(seed)
