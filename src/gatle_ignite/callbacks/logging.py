@@ -106,6 +106,9 @@ class LoggingCallback:
             backend.log(metrics, step=step, epoch=epoch)
 
     def on_train_epoch_end(self, trainer, optimizer):
+        if not self.backends:
+            return  # other ranks, or no sink named: nothing to collect per iteration
+
         @trainer.on(Events.EPOCH_COMPLETED(every=1))
         def _log_train_metrics(engine):
             self._log(_flatten(engine.state.metrics), epoch=engine.state.epoch)
@@ -130,6 +133,9 @@ class LoggingCallback:
             )
 
     def on_valid_epoch_end(self, trainer, engine):
+        if not self.backends:
+            return
+
         @engine.on(Events.EPOCH_COMPLETED)
         def _log_eval_metrics(eval_engine):
             self._log(_flatten(eval_engine.state.metrics), epoch=trainer.state.epoch)
