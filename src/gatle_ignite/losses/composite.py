@@ -54,9 +54,9 @@ class Loss(nn.Module):
         self.crit_keys = list(dict_of_loss_params.keys())
 
     def _is_active(self, key: str, iteration: Optional[int]) -> bool:
-        if iteration is None:
-            return True
         start, end = self.gating[key]
+        if iteration is None or (start is None and end is None):
+            return True
         return (start is None or start <= iteration) and (end is None or iteration <= end)
 
     def forward(
@@ -70,7 +70,10 @@ class Loss(nn.Module):
                 # Keep the key so each logged series stays continuous across the gate.
                 components[f"loss_{key}"] = torch.zeros((), device=_device_of(y_pred))
                 continue
-            value = self.weighting[key] * self.dict_loss_functions[key](y_pred, target, iteration)
+            value = self.dict_loss_functions[key](y_pred, target, iteration)
+            weight = self.weighting[key]
+            if weight != 1:
+                value = weight * value
             components[f"loss_{key}"] = value
             total = value if total is None else total + value
         if total is None:

@@ -2,6 +2,8 @@
 
 import contextlib
 import gc
+import math
+import numbers
 import time
 import warnings
 from functools import partial
@@ -57,6 +59,32 @@ def _losses_on_every_rank(output):
     total, requests = idist.all_reduce(torch.tensor(local, dtype=torch.float64)).tolist()
     PREEMPTION.agreed = requests > 0
     return total
+
+
+class _TerminateOnNan(TerminateOnNan):
+    """ignite's TerminateOnNan, with a fast path for what a step reports: scalar losses.
+
+    One float() per loss instead of isfinite/all/bool tensor ops; anything else (a tensor of
+    several values, a nested structure) goes through ignite's own check.
+    """
+
+    def __call__(self, engine):
+        output = self._output_transform(engine.state.output)
+        values = output.values() if isinstance(output, dict) else (output,)
+        scalars = []
+        for value in values:
+            if isinstance(value, numbers.Number):
+                scalars.append(value)
+            elif torch.is_tensor(value) and value.numel() == 1:
+                scalars.append(float(value))
+            else:
+                super().__call__(engine)
+                return
+        if not all(math.isfinite(v) for v in scalars):
+            self.logger.warning(
+                f"TerminateOnNan: Output '{output}' contains NaN or Inf. Stop training"
+            )
+            engine.terminate()
 
 
 def _clear_state(engine):
@@ -260,7 +288,9 @@ class BaseTrainer:
         step when the batch ends an accumulation window."""
         engine.state.batch = None
         engine.state.output = None
-        self.model.train()
+        # An evaluation put it in eval mode; the flag check spares a module walk per step.
+        if not self.model.training:
+            self.model.train()
         window, is_first, is_step = self._accum_window(engine)
         if is_first:
             self.optimizer.zero_grad(set_to_none=True)
@@ -297,7 +327,8 @@ class BaseTrainer:
         """One evaluation batch: forward under ``no_grad`` and autocast; no loss."""
         engine.state.batch = None
         engine.state.output = None
-        self.model.eval()
+        if self.model.training:
+            self.model.eval()
         x = self.prep_batch(batch, split=split)
         with torch.no_grad():
             with torch.autocast(
@@ -628,7 +659,7 @@ class BaseTrainer:
         trainer = self.engines["trainer"]
         # Stop at the first non-finite loss: the weights cannot recover from it.
         trainer.add_event_handler(
-            Events.ITERATION_COMPLETED, TerminateOnNan(output_transform=_losses_on_every_rank)
+            Events.ITERATION_COMPLETED, _TerminateOnNan(output_transform=_losses_on_every_rank)
         )
         if self.logger is not None:
             self.logger.on_train_epoch_end(trainer, self.optimizer)
