@@ -12,17 +12,20 @@ class Interrupt(Exception):
     pass
 
 
+def _fields(num_workers=0):
+    """Shuffling, dropout, a random augmentation (in workers when asked) and a schedule."""
+    return {
+        "max_epochs": 3,
+        "save_every_iters": 1,
+        "model_params": {"dropout": 0.3},
+        "train_ds_name": "tests.toy.data_aug",
+        "train_ds_params": {"n": 64, "bs": 16, "shuffle": True, "num_workers": num_workers},
+        "lr_scheduler": "gatle_ignite.schedulers.warmup_cosine",
+    }
+
+
 def _cfg(make_cfg, save_dir, num_workers=0, **fields):
-    return make_cfg(
-        save_dir=str(save_dir),
-        max_epochs=3,
-        save_every_iters=1,
-        model_params={"dropout": 0.3},
-        train_ds_name="tests.toy.data_aug",
-        train_ds_params={"n": 64, "bs": 16, "shuffle": True, "num_workers": num_workers},
-        lr_scheduler="gatle_ignite.schedulers.warmup_cosine",
-        **fields,
-    )
+    return make_cfg(save_dir=str(save_dir), **_fields(num_workers), **fields)
 
 
 def _weights(task):
@@ -54,16 +57,8 @@ def reference(tmp_path_factory):
 
     results = {}
     for workers in (0, 2):
-        cfg = toy_config(
-            save_dir=str(tmp_path_factory.mktemp(f"reference{workers}")),
-            max_epochs=3,
-            save_every_iters=1,
-            model_params={"dropout": 0.3},
-            train_ds_name="tests.toy.data_aug",
-            train_ds_params={"n": 64, "bs": 16, "shuffle": True, "num_workers": workers},
-            lr_scheduler="gatle_ignite.schedulers.warmup_cosine",
-        )
-        task = Trainer(0, cfg)
+        save_dir = tmp_path_factory.mktemp(f"reference{workers}")
+        task = Trainer(0, toy_config(save_dir=str(save_dir), **_fields(workers)))
         task.fit()
         results[workers] = _weights(task)
     return results
