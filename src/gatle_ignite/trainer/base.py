@@ -13,6 +13,7 @@ import torch
 from ignite.engine import Engine, Events
 from ignite.handlers import TerminateOnNan
 from ignite.metrics import Average
+from ignite.metrics.metric import reinit__is_reduced
 
 from gatle_ignite.config.validate import validate_config
 from gatle_ignite.data.helpers import ExactDistributedSampler, get_aug, get_dataset
@@ -76,7 +77,7 @@ class _TerminateOnNan(TerminateOnNan):
             if isinstance(value, numbers.Number):
                 scalars.append(value)
             elif torch.is_tensor(value) and value.numel() == 1:
-                scalars.append(float(value))
+                scalars.append(float(value.detach()))
             else:
                 super().__call__(engine)
                 return
@@ -85,6 +86,36 @@ class _TerminateOnNan(TerminateOnNan):
                 f"TerminateOnNan: Output '{output}' contains NaN or Inf. Stop training"
             )
             engine.terminate()
+
+
+class _LossAverage(Average):
+    """ignite's Average of a loss, folded once per epoch instead of once per iteration.
+
+    Each step's detached loss is kept as it is (on its device) and summed at compute(), so a
+    step costs a list append: no tensor op, and on a GPU no copy to the host.
+    """
+
+    def reset(self):
+        super().reset()
+        self._pending = []
+
+    @reinit__is_reduced
+    def update(self, output):
+        if torch.is_tensor(output):
+            if output.dim() > 1:
+                super().update(output)  # per-sample losses count per sample, as ignite counts
+                return
+            output = output.detach()
+        self._pending.append(output)
+        self.num_examples += 1
+
+    def compute(self):
+        if self._pending:
+            pending = [torch.as_tensor(v).reshape(-1) for v in self._pending]
+            total = torch.cat(pending).to(self.accumulator).sum()
+            self.accumulator = self.accumulator + total
+            self._pending = []
+        return super().compute()
 
 
 def _clear_state(engine):
@@ -297,9 +328,7 @@ class BaseTrainer:
         # no_sync covers the forward too: DDP decides during forward whether to all-reduce.
         with self._maybe_no_sync(is_step):
             x = self.prep_batch(batch, split=split)
-            with torch.autocast(
-                device_type=self.device_type, dtype=self.dtype, enabled=self.autocast_enabled
-            ):
+            with self._autocast():
                 y_pred = self.forward(x["model_input"])
                 loss, dict_losses = self.loss_fn(y_pred, x, iteration=engine.state.iteration)
             # By the window, not accum_steps: an epoch's last window can be shorter.
@@ -318,6 +347,12 @@ class BaseTrainer:
         window = min(accum, length - start)
         return window, index == start, index == start + window - 1
 
+    def _autocast(self):
+        """The step's autocast region; none at all when AMP is off (fp32)."""
+        if not self.autocast_enabled:
+            return contextlib.nullcontext()
+        return torch.autocast(device_type=self.device_type, dtype=self.dtype)
+
     def _maybe_no_sync(self, is_step):
         if is_step or not hasattr(self.model, "no_sync"):
             return contextlib.nullcontext()
@@ -330,11 +365,8 @@ class BaseTrainer:
         if self.model.training:
             self.model.eval()
         x = self.prep_batch(batch, split=split)
-        with torch.no_grad():
-            with torch.autocast(
-                device_type=self.device_type, dtype=self.dtype, enabled=self.autocast_enabled
-            ):
-                y_pred = self.forward(x["model_input"])
+        with torch.no_grad(), self._autocast():
+            y_pred = self.forward(x["model_input"])
         return {"y_pred": y_pred, "target": x}
 
     # ---- Framework below: a task never needs to touch it ----
@@ -640,7 +672,7 @@ class BaseTrainer:
             keys = ["loss"] if total_loss else []
             keys += [f"loss_{c}" for c in getattr(self.criterion, "crit_keys", [])]
             for key in keys:
-                dict_metrics[f"{engine_type}/{key}_avg"] = Average(
+                dict_metrics[f"{engine_type}/{key}_avg"] = _LossAverage(
                     output_transform=_loss_selector(key)
                 )
         for name, metric in dict_metrics.items():
