@@ -155,9 +155,12 @@ class Check:
     unit: str = "x"
     note: str = ""
     skip: bool = False
+    error: str = ""
 
     @property
     def status(self):
+        if self.error:
+            return "ERROR"
         if self.skip:
             return "SKIP"
         if self.limit is None:
@@ -166,8 +169,8 @@ class Check:
 
     def row(self):
         limit = "-" if self.limit is None else f"<= {self.limit:g}{self.unit}"
-        measured = "-" if self.skip else f"{self.measured:.3f}{self.unit}"
-        return [self.name, measured, limit, self.status, self.note]
+        measured = "-" if self.skip or self.error else f"{self.measured:.3f}{self.unit}"
+        return [self.name, measured, limit, self.status, self.error or self.note]
 
 
 def skipped(name, reason):

@@ -159,7 +159,7 @@ def micro_costs():
         ("  prep_batch (to_device of the nested dict)", lambda: trainer.prep_batch(batch)),
         ("    to_device(batch) alone", lambda: to_device(batch)),
         ("    idist.device()", idist.device),
-        ("  model.train()", trainer.model.train),
+        ("  model.train() (the module walk; skipped when in mode)", trainer.model.train),
         ("  torch.autocast(enabled=False) enter + exit", autocast_off),
         ("eval step: BaseTrainer.eval_step", lambda: trainer.eval_step(engine, batch)),
         ("eval step: bare (torch.no_grad(), net(x))", eval_bare),

@@ -10,8 +10,10 @@ import argparse
 import importlib
 import os
 import platform
+import subprocess
 import sys
 import time
+import traceback
 from pathlib import Path
 
 from bench import common
@@ -45,6 +47,19 @@ def _version(name):
         return "not installed"
 
 
+def source():
+    """The commit measured, and which files under src/ differed from it."""
+
+    def git(*args):
+        proc = subprocess.run(["git", *args], cwd=common.ROOT, capture_output=True, text=True)
+        return proc.stdout.rstrip() if proc.returncode == 0 else ""
+
+    commit = git("rev-parse", "--short", "HEAD") or "unknown"
+    dirty = git("status", "--short", "--", "src").splitlines()
+    changed = ", ".join(line[3:] for line in dirty) if dirty else "none"
+    return f"gatle-ignite at commit {commit}; uncommitted changes under src/: {changed}"
+
+
 def machine():
     """The lines that say what these figures were measured on."""
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
@@ -54,6 +69,7 @@ def machine():
         f"pytorch-ignite {_version('pytorch-ignite')}, lightning {_version('lightning')}, "
         f"gatle-ignite {_version('gatle-ignite')}",
         "one torch thread per process (OMP_NUM_THREADS=1, torch.set_num_threads(1))",
+        source(),
     ]
 
 
@@ -74,7 +90,13 @@ def main():
     started = time.perf_counter()
     for name in chosen:
         module = importlib.import_module(BENCHMARKS[name])
-        text, found = module.run() if args.reps is None else module.run(args.reps)
+        try:
+            text, found = module.run() if args.reps is None else module.run(args.reps)
+        except Exception as error:
+            # One crashed benchmark must not throw away the figures of the others.
+            traceback.print_exc()
+            reason = str(error).strip().splitlines()[-1][:120]
+            text, found = f"ERROR: {reason}", [common.Check(name, float("nan"), None, error=reason)]
         sections.append(f"### {name}\n\n{text}")
         checks.extend(found)
         print()
@@ -88,7 +110,7 @@ def main():
         report = "\n".join(lines) + "\n" + "\n\n".join(sections)
         report += f"\n\n### summary\n\n{summary}\n"
         Path(args.markdown).write_text(report)
-    failed = [c for c in checks if c.status == "FAIL"]
+    failed = [c for c in checks if c.status in ("FAIL", "ERROR")]
     return 1 if failed else 0
 
 

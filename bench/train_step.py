@@ -227,6 +227,12 @@ def report(times, losses):
         )
         for name, limit in TARGETS.items()
     ]
+    for name, reference in (("gatle_off", "engine"), ("gatle_defaults", "bare_extras")):
+        paired = zip(times[name], times[reference])
+        ratio = common.median([value[1] / ref[1] for value, ref in paired])
+        checks.append(
+            common.Check(f"train: {VARIANTS[name]} vs {VARIANTS[reference]}", ratio, None)
+        )
     checks.append(
         common.Check("train: same final loss, every variant", deviation, LOSS_RTOL, unit="")
     )
