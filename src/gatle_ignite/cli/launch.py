@@ -51,8 +51,14 @@ def run_task(local_rank: int, cfg: config_dict.ConfigDict):
     task = Trainer(local_rank, cfg)
     if "run" in cfg:
         task.evaluate()
-        return task
-    return task.fit()
+        result = task
+    else:
+        result = task.fit()
+    if idist.get_world_size() > 1:
+        # ignite destroys each rank's process group as soon as it returns; a rank that gets
+        # there first tears down connections a peer is still using, and gloo aborts it.
+        idist.barrier()
+    return result
 
 
 def _int_field(cfg, field: str, default: Optional[int]) -> Optional[int]:
