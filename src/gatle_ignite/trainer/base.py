@@ -99,6 +99,14 @@ class _LossAverage(Average):
         super().reset()
         self._pending = []
 
+    def iteration_completed(self, engine):
+        # What ignite's version does for a loss, without its no_grad region and output parsing.
+        value = self._output_transform(engine.state.output)
+        if torch.is_tensor(value) and value.dim() <= 1:
+            self.update(value)
+        else:
+            super().iteration_completed(engine)
+
     @reinit__is_reduced
     def update(self, output):
         if torch.is_tensor(output):
