@@ -157,6 +157,31 @@ def test_a_crash_on_one_rank_ends_the_run_non_zero_with_its_traceback(tmp_path):
     assert done.elapsed < 120
 
 
+def test_a_rank_dying_in_teardown_after_the_run_finished_is_a_success(tmp_path):
+    save_dir = tmp_path / "run"
+    config = _write_config(
+        tmp_path / "cfg.py", save_dir=str(save_dir), max_epochs=1, fault_abort_at_exit_rank=1
+    )
+    done = _cli("train", f"--config={config}", "--override=nproc_per_node=2", *GLOO)
+    assert "TRAINING COMPLETE after 1 epochs" in _ok(done)
+    assert "rank 1 ended with SIGABRT in torch's process-group teardown" in done.stderr
+    assert len(_probes(save_dir)) == 2
+
+
+def test_a_rank_dying_before_every_rank_finished_still_fails_the_run(tmp_path):
+    config = _write_config(
+        tmp_path / "cfg.py",
+        save_dir=str(tmp_path / "run"),
+        max_epochs=1,
+        fault_crash_rank=1,
+        fault_crash_at=2,
+        fault_abort_at_exit_rank=0,
+    )
+    done = _cli("train", f"--config={config}", "--override=nproc_per_node=2", *GLOO)
+    assert done.returncode != 0
+    assert "injected crash on rank 1 at iteration 2" in done.stdout + done.stderr
+
+
 def test_launch_many_reports_the_failed_config(tmp_path):
     good = _write_config(tmp_path / "good.py", save_dir=str(tmp_path / "good"), max_epochs=1)
     bad = tmp_path / "bad.py"

@@ -3,10 +3,12 @@
 It writes what each rank saw to ``<save_dir>/probe_rank<r>.json`` when training ends, and can
 inject faults chosen by project fields of the config: ``fault_nan_rank`` / ``fault_nan_from``
 (a NaN loss on one rank from that iteration on) and ``fault_crash_rank`` / ``fault_crash_at``
-(an exception on one rank at that iteration); ``ballast_mb`` adds that much extra state to
-every checkpoint, so that writing one takes long enough to be interrupted.
+(an exception on one rank at that iteration), ``fault_abort_at_exit_rank`` (that rank aborts
+at interpreter exit, after its run is done, as gloo sometimes does); ``ballast_mb`` adds that
+much extra state to every checkpoint, so that writing one takes long enough to be interrupted.
 """
 
+import atexit
 import json
 import os
 from pathlib import Path
@@ -45,6 +47,8 @@ class Trainer(ToyTrainer):
         self.probe = {"train_batches": [], "eval_batches": [], "allreduce_calls": 0}
         self._count_gradient_allreduces()
         self.engines["trainer"].add_event_handler(Events.COMPLETED, self._write_probe)
+        if idist.get_rank() == self.cfg.get("fault_abort_at_exit_rank", -1):
+            atexit.register(os.abort)
         if "run" in self.cfg:
             for key in ("evaluator", "tester"):
                 if self.engines.get(key) is not None:

@@ -5,11 +5,13 @@ through this module's attributes at call time, so users and tests can patch them
 """
 
 import contextlib
+import gc
 import multiprocessing
 import os
 import random
 import subprocess
 import sys
+import tempfile
 import threading
 import warnings
 from collections.abc import Sequence
@@ -43,6 +45,8 @@ _INHERITED_WORLD_VARS = (
     "GROUP_RANK",
     "ROLE_RANK",
 )
+# Where each spawned rank leaves a mark once its run is done; see _teardown_crash_tolerated.
+_FINISHED_DIR_VAR = "GATLE_IGNITE_FINISHED_DIR"
 
 
 def run_task(local_rank: int, cfg: config_dict.ConfigDict):
@@ -54,11 +58,23 @@ def run_task(local_rank: int, cfg: config_dict.ConfigDict):
         result = task
     else:
         result = task.fit()
-    if idist.get_world_size() > 1:
-        # ignite destroys each rank's process group as soon as it returns; a rank that gets
-        # there first tears down connections a peer is still using, and gloo aborts it.
-        idist.barrier()
-    return result
+    if idist.get_world_size() == 1:
+        return result
+    _mark_finished(local_rank)
+    # The trainer's DDP wrapper holds the process group: free it now, while every peer is
+    # connected, not in a garbage collection after ignite destroyed the group.
+    del task, result
+    gc.collect()
+    # ignite destroys each rank's process group as soon as it returns; a rank that gets there
+    # first tears down connections a peer is still using, and gloo aborts it.
+    idist.barrier()
+    return None
+
+
+def _mark_finished(local_rank: int) -> None:
+    folder = os.environ.get(_FINISHED_DIR_VAR)
+    if folder:
+        Path(folder, f"local_rank{local_rank}").touch()
 
 
 def _int_field(cfg, field: str, default: Optional[int]) -> Optional[int]:
@@ -189,7 +205,11 @@ def launch(cfg: config_dict.ConfigDict):
     if nproc * nnodes <= 1:
         return run_task(0, cfg)
     parallel_kwargs = _parallel_kwargs(nnodes, node_rank, addr, port)
-    with _hidden_from_ignite("SLURM_JOB_ID"), _ranks_preemptible():
+    with (
+        _hidden_from_ignite("SLURM_JOB_ID"),
+        _ranks_preemptible(),
+        _teardown_crash_tolerated(nproc),
+    ):
         with idist.Parallel(
             backend=_resolve_backend(cfg), nproc_per_node=nproc, **parallel_kwargs
         ) as parallel:
@@ -210,6 +230,30 @@ def _ranks_preemptible():
                 "the ranks were preempted and wrote a resumable checkpoint.\n"
                 "  Run the same command with --override resume=True to continue."
             ) from None
+
+
+@contextlib.contextmanager
+def _teardown_crash_tolerated(nproc: int):
+    """Report success when a rank dies only after every rank of this node finished the run.
+
+    gloo can abort a process while torch tears its process group down at exit; by then every
+    checkpoint and log line is written, so the run's outcome is success, not that signal.
+    """
+    with tempfile.TemporaryDirectory(prefix="gatle-ignite-ranks-") as folder:
+        os.environ[_FINISHED_DIR_VAR] = folder
+        try:
+            yield
+        except torch.multiprocessing.ProcessExitedException as error:
+            if len(os.listdir(folder)) < nproc:
+                raise
+            how = error.signal_name or f"exit code {error.exit_code}"
+            warnings.warn(
+                f"rank {error.error_index} ended with {how} in torch's process-group teardown, "
+                f"after every rank had finished the run: its checkpoints and logs are complete.",
+                stacklevel=3,
+            )
+        finally:
+            os.environ.pop(_FINISHED_DIR_VAR, None)
 
 
 def _child_env(port: int) -> dict[str, str]:
