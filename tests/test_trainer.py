@@ -48,6 +48,25 @@ def test_progress_lines_have_the_contract_shape(make_cfg, capsys):
     assert done == list(range(1, 11))
 
 
+def test_each_progress_line_is_one_write(make_cfg, monkeypatch):
+    # Unbuffered (PYTHONUNBUFFERED), every write is a system call: print() would make two.
+    writes = []
+
+    class CountingStdout:
+        def write(self, text):
+            writes.append(text)
+
+        def flush(self):
+            pass
+
+    task = Trainer(0, make_cfg(max_epochs=1, every_val=0, train_ds_params={"n": 160, "bs": 16}))
+    task.setup()
+    monkeypatch.setattr("sys.stdout", CountingStdout())
+    task.fit()
+    progress = [text for text in writes if " TRAIN epoch 1: " in text]
+    assert len(progress) == 10 and all(text.endswith("/10\n") for text in progress)
+
+
 def test_the_text_backend_prints_epoch_metrics(make_cfg, capsys):
     Trainer(0, make_cfg(max_epochs=1, logger_name=["text"])).fit()
     out = capsys.readouterr().out
@@ -289,3 +308,30 @@ def test_a_missing_warm_start_file_is_a_config_error(make_cfg, tmp_path):
     cfg = make_cfg(model_checkpoint_dir=str(tmp_path / "nope.pt"))
     with pytest.raises(ConfigError, match="is not a file"):
         Trainer(0, cfg).fit()
+
+
+def test_loss_averages_match_ignite_average_for_scalar_and_per_sample_losses(make_cfg):
+    from ignite.metrics import Average
+
+    seen = {"loss": [], "loss_ce": []}
+
+    class PerSample(Trainer):
+        def train_step(self, engine, batch, split="train"):
+            output = super().train_step(engine, batch, split)
+            # The total stays a scalar; the component becomes one value per sample, (N, 1).
+            column = output["losses"]["loss_ce"].detach().expand(len(batch[0]), 1).clone()
+            column[0] += engine.state.iteration
+            output["losses"]["loss_ce"] = column
+            seen["loss"].append(output["losses"]["loss"].detach().clone())
+            seen["loss_ce"].append(column)
+            return output
+
+    task = PerSample(0, make_cfg(max_epochs=1, every_val=0))
+    task.fit()
+    metrics = task.engines["trainer"].state.metrics
+    for key, values in seen.items():
+        reference = Average()
+        for value in values:
+            reference.update(value)
+        expected = torch.as_tensor(reference.compute(), dtype=torch.float64)
+        assert torch.allclose(torch.as_tensor(metrics[f"train/{key}_avg"]).double(), expected)

@@ -131,6 +131,12 @@ def test_to_device_on_cpu_keeps_values():
     assert moved[0].device.type == "cpu" and isinstance(moved[1], tuple)
 
 
+def test_to_device_returns_a_tensor_already_on_the_device_as_it_is():
+    x, y = torch.ones(2, 3), torch.arange(2)
+    moved = to_device({"model_input": {"x": x}, "targets": (y,)}, "cpu")
+    assert moved["model_input"]["x"] is x and moved["targets"][0] is y
+
+
 # ---- names, score_of ----
 
 

@@ -17,7 +17,7 @@ class Trainer(BaseTrainer):
     def prep_batch(self, batch, split="train", **kwargs):
         """Split a raw batch into what the model takes and what losses and metrics compare."""
         x, y = batch
-        return to_device({"model_input": {"x": x}, "targets": {"labels": y}})
+        return to_device({"model_input": {"x": x}, "targets": {"labels": y}}, self.device)
 
     def eval_specs(self):
         """Adds a ``probe`` engine; its config needs probe_ds_name, probe_metrics, every_probe."""

@@ -13,7 +13,7 @@ class Trainer(BaseTrainer):
         view1, view2, labels = batch
         # Only training contrasts two views; every other split encodes one.
         model_input = {"x1": view1, "x2": view2} if split == "train" else {"x1": view1}
-        return to_device({"model_input": model_input, "targets": {"labels": labels}})
+        return to_device({"model_input": model_input, "targets": {"labels": labels}}, self.device)
 
     def build_dataloaders(self):
         """The engines' loaders, plus the kNN bank, which belongs to no engine."""

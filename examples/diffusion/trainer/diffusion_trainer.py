@@ -19,7 +19,7 @@ class Trainer(BaseTrainer):
 
     def prep_batch(self, batch, split="train", **kwargs):
         (x0,) = batch
-        x0 = to_device(x0)
+        x0 = to_device(x0, self.device)
         # Fresh steps and noise every batch: the dataset holds only clean points.
         t = self.schedule.sample_timesteps(len(x0), self.device)
         noise = torch.randn_like(x0)

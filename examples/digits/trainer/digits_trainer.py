@@ -8,4 +8,6 @@ class Trainer(BaseTrainer):
 
     def prep_batch(self, batch, split="train", **kwargs):
         image, label = batch
-        return to_device({"model_input": {"image": image}, "targets": {"labels": label}})
+        return to_device(
+            {"model_input": {"image": image}, "targets": {"labels": label}}, self.device
+        )

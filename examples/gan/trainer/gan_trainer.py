@@ -20,7 +20,7 @@ class Trainer(BaseTrainer):
         )
 
     def prep_batch(self, batch, split="train", **kwargs):
-        (real,) = to_device(batch)
+        (real,) = to_device(batch, self.device)
         z = torch.randn(real.shape[0], self._net().z_dim, device=real.device)
         return {"model_input": {"z": z}, "targets": {"real": real}}
 

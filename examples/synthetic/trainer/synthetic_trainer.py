@@ -8,4 +8,4 @@ class Trainer(BaseTrainer):
 
     def prep_batch(self, batch, split="train", **kwargs):
         x, y = batch
-        return to_device({"model_input": {"x": x}, "targets": {"labels": y}})
+        return to_device({"model_input": {"x": x}, "targets": {"labels": y}}, self.device)

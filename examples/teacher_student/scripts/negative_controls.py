@@ -62,7 +62,7 @@ def patch_total_leak():
     patch_leak_grad()
 
     def prep_batch(self, batch, split="train", **kwargs):
-        x, y = to_device(batch)
+        x, y = to_device(batch, self.device)
         targets = {"labels": y, "teacher_logits": self.teacher(x)["logits"]}
         return {"model_input": {"x": x}, "targets": targets}
 

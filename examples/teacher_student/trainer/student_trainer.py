@@ -60,7 +60,7 @@ class Trainer(BaseTrainer):
         return self._teacher[0]
 
     def prep_batch(self, batch, split="train", **kwargs):
-        x, y = to_device(batch)
+        x, y = to_device(batch, self.device)
         with torch.no_grad():
             teacher_logits = self.teacher(x)["logits"].detach()
         targets = {"labels": y, "teacher_logits": teacher_logits}

@@ -7,7 +7,7 @@ class Trainer(BaseTrainer):
     """Teacher forcing on the train split; every other split decodes from the source alone."""
 
     def prep_batch(self, batch, split="train", **kwargs):
-        batch = to_device(batch)
+        batch = to_device(batch, self.device)
         model_input = {"src_feats": batch["src_feats"], "src_pad_mask": batch["src_pad_mask"]}
         # Handing tgt_in to an eval split would score teacher forcing, not translation.
         if split == "train":

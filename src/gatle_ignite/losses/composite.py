@@ -52,6 +52,7 @@ class Loss(nn.Module):
             self.weighting[key] = entry["weight"]
             self.gating[key] = (entry.get("start_iteration"), entry.get("end_iteration"))
         self.crit_keys = list(dict_of_loss_params.keys())
+        self._names = {key: f"loss_{key}" for key in self.crit_keys}
 
     def _is_active(self, key: str, iteration: Optional[int]) -> bool:
         start, end = self.gating[key]
@@ -65,16 +66,16 @@ class Loss(nn.Module):
         """Return ``(total, {"loss_<key>": weighted value})``; gated-off terms report 0.0."""
         total = None
         components = {}
-        for key in self.crit_keys:
+        for key, name in self._names.items():
             if not self._is_active(key, iteration):
                 # Keep the key so each logged series stays continuous across the gate.
-                components[f"loss_{key}"] = torch.zeros((), device=_device_of(y_pred))
+                components[name] = torch.zeros((), device=_device_of(y_pred))
                 continue
             value = self.dict_loss_functions[key](y_pred, target, iteration)
             weight = self.weighting[key]
             if weight != 1:
                 value = weight * value
-            components[f"loss_{key}"] = value
+            components[name] = value
             total = value if total is None else total + value
         if total is None:
             raise ConfigError(

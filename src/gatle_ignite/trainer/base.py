@@ -4,6 +4,7 @@ import contextlib
 import gc
 import math
 import numbers
+import sys
 import time
 import warnings
 from functools import partial
@@ -47,16 +48,22 @@ except ImportError:  # ignite 0.4.x
 __all__ = ["BaseTrainer"]
 
 
+def _to_float(value) -> float:
+    return float(value.detach()) if torch.is_tensor(value) else float(value)
+
+
+def _step_losses(output):
+    return output.get("losses", {})
+
+
 def _losses_on_every_rank(output):
-    """The step's losses for TerminateOnNan; under DDP one all-reduced sum, so all ranks stop.
+    """The step's losses for TerminateOnNan under DDP: one all-reduced sum, so all ranks stop.
 
     The same all-reduce carries this rank's preemption request, so every rank agrees on it
     without a collective of its own.
     """
     losses = output.get("losses", {})
-    if idist.get_world_size() == 1:
-        return losses
-    local = [sum(float(v) for v in losses.values()), float(PREEMPTION.received)]
+    local = [sum(_to_float(v) for v in losses.values()), float(PREEMPTION.received)]
     total, requests = idist.all_reduce(torch.tensor(local, dtype=torch.float64)).tolist()
     PREEMPTION.agreed = requests > 0
     return total
@@ -71,21 +78,18 @@ class _TerminateOnNan(TerminateOnNan):
 
     def __call__(self, engine):
         output = self._output_transform(engine.state.output)
-        values = output.values() if isinstance(output, dict) else (output,)
-        scalars = []
-        for value in values:
-            if isinstance(value, numbers.Number):
-                scalars.append(value)
-            elif torch.is_tensor(value) and value.numel() == 1:
-                scalars.append(float(value.detach()))
-            else:
+        for value in output.values() if isinstance(output, dict) else (output,):
+            if torch.is_tensor(value) and value.numel() == 1:
+                value = float(value.detach())
+            elif not isinstance(value, numbers.Number):
                 super().__call__(engine)
                 return
-        if not all(math.isfinite(v) for v in scalars):
-            self.logger.warning(
-                f"TerminateOnNan: Output '{output}' contains NaN or Inf. Stop training"
-            )
-            engine.terminate()
+            if not math.isfinite(value):
+                self.logger.warning(
+                    f"TerminateOnNan: Output '{output}' contains NaN or Inf. Stop training"
+                )
+                engine.terminate()
+                return
 
 
 class _LossAverage(Average):
@@ -95,26 +99,31 @@ class _LossAverage(Average):
     step costs a list append: no tensor op, and on a GPU no copy to the host.
     """
 
+    def __init__(self, key):
+        self.key = key
+        super().__init__(output_transform=_loss_selector(key))
+
     def reset(self):
         super().reset()
         self._pending = []
 
     def iteration_completed(self, engine):
-        # What ignite's version does for a loss, without its no_grad region and output parsing.
-        value = self._output_transform(engine.state.output)
-        if torch.is_tensor(value) and value.dim() <= 1:
-            self.update(value)
+        # What ignite's version does for a loss, without its no_grad region, output parsing
+        # and reinit wrapper: a step's scalar loss goes straight onto the list.
+        value = engine.state.output["losses"][self.key]
+        if torch.is_tensor(value) and value.dim() == 0:
+            self._pending.append(value.detach())
+            self.num_examples += 1
         else:
             super().iteration_completed(engine)
 
     @reinit__is_reduced
     def update(self, output):
-        if torch.is_tensor(output):
-            if output.dim() > 1:
-                super().update(output)  # per-sample losses count per sample, as ignite counts
-                return
-            output = output.detach()
-        self._pending.append(output)
+        if torch.is_tensor(output) and output.dim() > 0:
+            # ignite's own rules: a 1-d tensor is one vector sample, N-d counts shape[0] samples.
+            super().update(output)
+            return
+        self._pending.append(output.detach() if torch.is_tensor(output) else output)
         self.num_examples += 1
 
     def compute(self):
@@ -153,9 +162,12 @@ def _progress_printer(label):
         stamp = time.strftime("%Y-%m-%d %H:%M:%S")
         if length:
             done = ((state.iteration - 1) % length) + 1
-            print(f"[{stamp}] {label} epoch {state.epoch}: ({done / length:.2f}) - {done}/{length}")
+            line = f"[{stamp}] {label} epoch {state.epoch}: ({done / length:.2f}) - {done}/{length}"
         else:
-            print(f"[{stamp}] {label} epoch {state.epoch}: (?) - {state.iteration}/{length}")
+            line = f"[{stamp}] {label} epoch {state.epoch}: (?) - {state.iteration}/{length}"
+        # One write, where print() makes two: unbuffered (PYTHONUNBUFFERED, as clusters and
+        # containers run), each is a system call, and those cost the step's caches dearly.
+        sys.stdout.write(line + "\n")
 
     return report
 
@@ -177,6 +189,8 @@ class BaseTrainer:
         self.device_type = autocast_device_type()
         # This rank's device, for a task that creates tensors (torch.randn in a sampler).
         self.device = idist.device()
+        # Fixed for the run; idist re-detects it on every call outside a distributed world.
+        self._world_size = idist.get_world_size()
         self.model = None
         # What build_model resolved cfg.compile to; None until it has run.
         self._compiling = None
@@ -330,17 +344,23 @@ class BaseTrainer:
         # An evaluation put it in eval mode; the flag check spares a module walk per step.
         if not self.model.training:
             self.model.train()
-        window, is_first, is_step = self._accum_window(engine)
+        if self.accum_steps == 1:
+            window, is_first, is_step = 1, True, True
+        else:
+            window, is_first, is_step = self._accum_window(engine)
         if is_first:
             self.optimizer.zero_grad(set_to_none=True)
         # no_sync covers the forward too: DDP decides during forward whether to all-reduce.
         with self._maybe_no_sync(is_step):
-            x = self.prep_batch(batch, split=split)
-            with self._autocast():
-                y_pred = self.forward(x["model_input"])
-                loss, dict_losses = self.loss_fn(y_pred, x, iteration=engine.state.iteration)
-            # By the window, not accum_steps: an epoch's last window can be shorter.
-            self.backward(loss / window if window > 1 else loss, step=is_step)
+            return self._train_micro_batch(engine, batch, split, window, is_step)
+
+    def _train_micro_batch(self, engine, batch, split, window, is_step):
+        x = self.prep_batch(batch, split=split)
+        with self._autocast():
+            y_pred = self.forward(x["model_input"])
+            loss, dict_losses = self.loss_fn(y_pred, x, iteration=engine.state.iteration)
+        # By the window, not accum_steps: an epoch's last window can be shorter.
+        self.backward(loss / window if window > 1 else loss, step=is_step)
         # The undivided loss is reported, so train/loss_avg compares across accum_steps.
         return {"y_pred": y_pred, "target": x, "losses": {"loss": loss, **dict_losses}}
 
@@ -470,9 +490,8 @@ class BaseTrainer:
         if saved is None or not str(saved).endswith(f"_{engine.state.iteration}.pt"):
             self._latest_iter(engine)
 
-    @staticmethod
-    def _preemption_requested() -> bool:
-        return PREEMPTION.received if idist.get_world_size() == 1 else PREEMPTION.agreed
+    def _preemption_requested(self) -> bool:
+        return PREEMPTION.received if self._world_size == 1 else PREEMPTION.agreed
 
     def _stop_if_preempted(self, engine):
         if not self._preemption_requested() or self._ends_epoch(engine):
@@ -680,9 +699,7 @@ class BaseTrainer:
             keys = ["loss"] if total_loss else []
             keys += [f"loss_{c}" for c in getattr(self.criterion, "crit_keys", [])]
             for key in keys:
-                dict_metrics[f"{engine_type}/{key}_avg"] = _LossAverage(
-                    output_transform=_loss_selector(key)
-                )
+                dict_metrics[f"{engine_type}/{key}_avg"] = _LossAverage(key)
         for name, metric in dict_metrics.items():
             metric.attach(engine, name)
         return dict_metrics
@@ -698,8 +715,9 @@ class BaseTrainer:
         """The training run's handlers: NaN stop, logging, eval runs, early stopping."""
         trainer = self.engines["trainer"]
         # Stop at the first non-finite loss: the weights cannot recover from it.
+        losses = _step_losses if self._world_size == 1 else _losses_on_every_rank
         trainer.add_event_handler(
-            Events.ITERATION_COMPLETED, _TerminateOnNan(output_transform=_losses_on_every_rank)
+            Events.ITERATION_COMPLETED, _TerminateOnNan(output_transform=losses)
         )
         if self.logger is not None:
             self.logger.on_train_epoch_end(trainer, self.optimizer)

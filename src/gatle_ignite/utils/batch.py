@@ -15,11 +15,19 @@ def to_device(batch, device=None, non_blocking=True):
 
     Anything else (ints, strings, None, objects) is returned untouched.
     """
-    device = device or idist.device()
+    if device is None:
+        device = idist.device()
+    elif not isinstance(device, torch.device):
+        device = torch.device(device)
 
     def move(value):
         if torch.is_tensor(value):
+            # A tensor already there is returned as it is, without a dispatch through .to().
+            if value.device == device:
+                return value
             return value.to(device=device, non_blocking=non_blocking)
+        if type(value) is dict:
+            return {key: move(item) for key, item in value.items()}
         if isinstance(value, Mapping):
             return type(value)({key: move(item) for key, item in value.items()})
         if isinstance(value, tuple) and hasattr(value, "_fields"):
