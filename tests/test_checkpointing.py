@@ -3,9 +3,11 @@
 import copy
 import os
 import time
+from pathlib import Path
 
 import pytest
 import torch
+from ignite.engine import Events
 
 from gatle_ignite import ConfigError
 from gatle_ignite.trainer.checkpointing import _to_save
@@ -323,3 +325,69 @@ def test_resuming_with_another_epoch_length_warns(make_cfg):
     Trainer(0, make_cfg(max_epochs=1, train_length=2)).fit()
     with pytest.warns(UserWarning, match="epochs have 2 iterations and this run's have 4"):
         Trainer(0, make_cfg(max_epochs=2, resume=True)).fit()
+
+
+# ---- best and latest of one epoch: one file on disk when their state is the same ----
+
+
+def _inode(path):
+    return os.stat(path).st_ino
+
+
+def _best_and_latest(save_dir, epoch):
+    best = [p for p in save_dir.glob(f"valid_best_result_checkpoint_{epoch}_*.pt")]
+    assert len(best) == 1
+    return best[0], save_dir / f"latest_epoch_checkpoint_{epoch}.pt"
+
+
+def test_an_improving_epoch_links_latest_to_the_best_file_it_equals(make_cfg):
+    cfg = make_cfg(max_epochs=2, n_saved=2, val_metrics=_scripted([0.5, 0.6]))
+    Trainer(0, cfg).fit()
+    for epoch in (1, 2):
+        best, latest = _best_and_latest(Path(cfg.save_dir), epoch)
+        assert _inode(best) == _inode(latest)
+    first, second = (Path(cfg.save_dir) / f"latest_epoch_checkpoint_{e}.pt" for e in (1, 2))
+    assert _inode(first) != _inode(second)
+    state = torch.load(latest, weights_only=True)
+    assert state["trainer"]["iteration"] == 8
+
+
+def test_state_that_changed_after_the_best_file_is_written_again(make_cfg):
+    # Early stopping counts the epoch after the best file is written: latest differs.
+    cfg = make_cfg(max_epochs=1, early_stop_patience=3, val_metrics=_scripted([0.5]))
+    Trainer(0, cfg).fit()
+    best, latest = _best_and_latest(Path(cfg.save_dir), 1)
+    assert _inode(best) != _inode(latest)
+
+
+def test_weights_changed_in_place_after_the_best_file_are_written_again(make_cfg):
+    class Nudged(Trainer):
+        def attach_runner(self):
+            super().attach_runner()
+
+            @self.engines["trainer"].on(Events.EPOCH_COMPLETED)
+            def nudge(_engine):
+                with torch.no_grad():
+                    next(self.model.parameters()).add_(1.0)
+
+    cfg = make_cfg(max_epochs=1, val_metrics=_scripted([0.5]))
+    task = Nudged(0, cfg)
+    task.fit()
+    best, latest = _best_and_latest(Path(cfg.save_dir), 1)
+    assert _inode(best) != _inode(latest)
+    name = next(iter(task.model.state_dict()))
+    saved = {p: torch.load(p, weights_only=True)["model"][name] for p in (best, latest)}
+    assert torch.equal(saved[best] + 1.0, saved[latest])
+
+
+def test_without_hard_links_the_latest_file_is_written(make_cfg, monkeypatch):
+    def no_links(*_args):
+        raise PermissionError("this file system has no hard links")
+
+    monkeypatch.setattr("gatle_ignite.trainer.unchanged_state.os.link", no_links)
+    cfg = make_cfg(max_epochs=1, val_metrics=_scripted([0.5]))
+    Trainer(0, cfg).fit()
+    best, latest = _best_and_latest(Path(cfg.save_dir), 1)
+    assert _inode(best) != _inode(latest)
+    assert torch.load(latest, weights_only=True)["trainer"]["iteration"] == 4
+    assert not list(Path(cfg.save_dir).glob(".link-*"))

@@ -9,6 +9,7 @@ from ignite.handlers import Checkpoint, DiskSaver, global_step_from_engine
 
 from gatle_ignite.dispatch import ConfigError
 from gatle_ignite.trainer.exact_resume import ResumableLoader, ResumeState
+from gatle_ignite.trainer.unchanged_state import LastWrite, snapshot
 from gatle_ignite.utils.batch import get_value
 from gatle_ignite.utils.checkpoints import (
     LATEST_ITER_PREFIX,
@@ -84,29 +85,39 @@ def score_function(score_name, score_factor=1):
 
 
 class _KeepUntilReplaced(DiskSaver):
-    """A DiskSaver that deletes a rotated-out file only once its replacement is on disk.
+    """A DiskSaver that deletes a rotated-out file only once its replacement is on disk, and
+    links a checkpoint to the run's last file instead of writing it when their state is the same.
 
     ignite removes the old file before writing the new one, so a process killed in between
-    would leave no checkpoint of that kind at all.
+    would leave no checkpoint of that kind at all. The link spares an improving epoch its second
+    full write (best, then latest) and the disk its second copy.
     """
 
-    def __init__(self, dirname):
+    def __init__(self, dirname, last_write: LastWrite):
         super().__init__(dirname=dirname, require_empty=False)
         self._rotated_out = []
+        self._last_write = last_write
 
     def remove(self, filename: str) -> None:
         self._rotated_out.append(filename)
 
     def __call__(self, checkpoint, filename, metadata=None) -> None:
-        super().__call__(checkpoint, filename, metadata)
+        if idist.has_xla_support or idist.get_rank() != self.save_on_rank:
+            super().__call__(checkpoint, filename, metadata)
+        else:
+            path = Path(self.dirname) / filename
+            state = snapshot(checkpoint)
+            if not self._last_write.link_if_same(state, path):
+                super().__call__(checkpoint, filename, metadata)
+            self._last_write.remember(path, state)
         rotated_out, self._rotated_out = self._rotated_out, []
         for name in rotated_out:
             if name != filename:
                 super().remove(name)
 
 
-def _saver(cfg):
-    return _KeepUntilReplaced(cfg.save_dir)
+def _saver(cfg, last_write: LastWrite):
+    return _KeepUntilReplaced(cfg.save_dir, last_write)
 
 
 def attach_checkpoints(trainer) -> None:
@@ -121,6 +132,8 @@ def attach_checkpoints(trainer) -> None:
     if cfg.save_ckpt:
         trainer._resumable = ResumableLoader(lambda: trainer.dls["train"])
     to_save = _to_save(trainer) if cfg.save_ckpt else None
+    # Shared by every saver of the run, so a latest file can link to the best file just written.
+    last_write = LastWrite()
     for spec in trainer.eval_specs():
         if spec.score_field is None:
             continue
@@ -131,12 +144,13 @@ def attach_checkpoints(trainer) -> None:
             score_factor=cfg.get(spec.score_factor_field, 1),
             prefix=spec.ckpt_prefix,
             to_save=to_save,
+            last_write=last_write,
         )
     if to_save is not None:
         trainer_engine = trainer.engines["trainer"]
         trainer._latest = Checkpoint(
             to_save,
-            _saver(cfg),
+            _saver(cfg, last_write),
             n_saved=cfg.n_saved,
             global_step_transform=global_step_from_engine(trainer_engine),
             filename_prefix=LATEST_PREFIX,
@@ -144,14 +158,14 @@ def attach_checkpoints(trainer) -> None:
         # Mid-epoch checkpoints (save_every_iters, preemption), named by the trainer iteration.
         trainer._latest_iter = Checkpoint(
             to_save,
-            _saver(cfg),
+            _saver(cfg, last_write),
             n_saved=cfg.n_saved,
             global_step_transform=lambda _engine, _event: trainer_engine.state.iteration,
             filename_prefix=LATEST_ITER_PREFIX,
         )
 
 
-def _attach_best(trainer, spec, score_name, score_factor, prefix, to_save) -> None:
+def _attach_best(trainer, spec, score_name, score_factor, prefix, to_save, last_write) -> None:
     if trainer.engines.get(spec.key) is None or not score_name:
         return
     cfg = trainer.cfg
@@ -160,7 +174,7 @@ def _attach_best(trainer, spec, score_name, score_factor, prefix, to_save) -> No
     if to_save is not None:
         best = Checkpoint(
             to_save,
-            _saver(cfg),
+            _saver(cfg, last_write),
             n_saved=cfg.n_saved,
             filename_prefix=best_prefix_for(prefix),
             score_function=score_function(score_name, score_factor),
