@@ -62,3 +62,14 @@ def test_equal_numbers_of_another_type_differ():
     assert snapshot({"xs": [1, 2]}) != snapshot({"xs": [True, 2]})
     assert snapshot({"xs": [1, 2]}) != snapshot({"xs": [1.0, 2.0]})
     assert snapshot({"xs": [1, 2]}) == snapshot({"xs": [1, 2]})
+
+
+def test_a_tensor_without_storage_or_version_gives_no_snapshot():
+    class NoStorage(torch.Tensor):
+        def data_ptr(self):
+            raise RuntimeError("this tensor has no storage")
+
+    assert snapshot({"w": torch.zeros(100_000).as_subclass(NoStorage)}) is None
+    with torch.inference_mode():
+        made_in_inference = torch.zeros(100_000)
+    assert snapshot({"w": made_in_inference}) is None

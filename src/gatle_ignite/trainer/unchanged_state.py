@@ -61,12 +61,13 @@ class _TensorRecord:
     def __init__(self, tensor):
         try:
             self.version = tensor._version
-        except RuntimeError as error:  # an inference tensor keeps no version counter
+            # The first element's address and the layout from it name the memory it views.
+            self.where = (tensor.data_ptr(), tensor.stride())
+        except RuntimeError as error:
+            # An inference tensor keeps no version counter; a wrapper (a DTensor) has no storage.
             raise _Unsupported(tensor) from error
         # Held, so that no later tensor can take over the same memory and look unchanged.
         self.tensor = tensor
-        # The first element's address and the layout from it name exactly the memory it views.
-        self.where = (tensor.data_ptr(), tensor.stride())
 
     def holds_the_same_as(self, later: "_TensorRecord") -> bool:
         if self.where == later.where:
