@@ -162,6 +162,18 @@ def test_config_with_broken_paths_exits_2(tmp_path, capsys):
     assert "all dotted paths resolve" not in captured.out
 
 
+def test_config_names_the_extra_of_a_backend_whose_package_is_missing(
+    tmp_path, capsys, monkeypatch
+):
+    # None in sys.modules: the package counts as absent, exactly as an uninstalled one.
+    monkeypatch.setitem(sys.modules, "mlflow", None)
+    path = write_config(tmp_path, logger_name=["text", "mlflow"])
+    assert main(["config", "--config", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("\nconfig error: logger_name names 'mlflow'")
+    assert 'pip install "gatle-ignite[mlflow]"' in err and "Traceback" not in err
+
+
 @pytest.mark.parametrize(
     "fields, overrides, phrase",
     [

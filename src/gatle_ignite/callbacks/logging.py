@@ -1,6 +1,8 @@
 """Logging: fan the engines' metrics out to the sinks named in ``cfg.logger_name``."""
 
 import importlib
+import importlib.util
+import sys
 import warnings
 from types import ModuleType
 
@@ -12,12 +14,26 @@ from gatle_ignite.callbacks.run_record import write_config_json
 from gatle_ignite.dispatch import ConfigError, import_entrypoint
 from gatle_ignite.utils.dist import rank_zero_print
 
-__all__ = ["BUILTIN_BACKENDS", "NOT_A_BACKEND", "Backend", "LoggingCallback", "import_extra"]
+__all__ = [
+    "BUILTIN_BACKENDS",
+    "NOT_A_BACKEND",
+    "Backend",
+    "LoggingCallback",
+    "check_extra_installed",
+    "import_extra",
+]
 
 # The 0.4 names first; each optional one is also the name of the extra that installs it.
 BUILTIN_BACKENDS = ("text", "wandb", "discord", "tensorboard", "csv", "mlflow")
 # Entries of logger_name that are trainer flags, not sinks.
 NOT_A_BACKEND = ("pbar",)
+# The package each optional built-in backend needs, which its extra installs.
+_EXTRA_PACKAGES = {
+    "wandb": "wandb",
+    "discord": "requests",
+    "tensorboard": "tensorboard",
+    "mlflow": "mlflow",
+}
 
 
 class Backend:
@@ -36,16 +52,36 @@ class Backend:
         pass
 
 
+def _missing_extra(backend: str, reason: str) -> ConfigError:
+    return ConfigError(
+        f"logger_name names {backend!r}, but its package is not installed ({reason}).\n"
+        f'  Install it with `pip install "gatle-ignite[{backend}]"`, or drop {backend!r} '
+        "from logger_name."
+    )
+
+
 def import_extra(module: str, backend: str) -> ModuleType:
     """Import the package behind built-in ``backend``, or say which extra installs it."""
     try:
         return importlib.import_module(module)
     except ImportError as err:
-        raise ConfigError(
-            f"logger_name names {backend!r}, but its package is not installed ({err}).\n"
-            f'  Install it with `pip install "gatle-ignite[{backend}]"`, or drop {backend!r} '
-            "from logger_name."
-        ) from err
+        raise _missing_extra(backend, str(err)) from err
+
+
+def _installed(module: str) -> bool:
+    if module in sys.modules:
+        return sys.modules[module] is not None
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def check_extra_installed(backend: str) -> None:
+    """Refuse a built-in ``backend`` whose package is absent, without importing it."""
+    package = _EXTRA_PACKAGES.get(backend)
+    if package is not None and not _installed(package):
+        raise _missing_extra(backend, f"no module named {package!r}")
 
 
 def _scalar(value):

@@ -92,6 +92,7 @@ def _prepare(args: argparse.Namespace, path: str):
 
 
 def _check_configs(args: argparse.Namespace, paths: list[str]) -> int:
+    from gatle_ignite.callbacks.logging import check_extra_installed
     from gatle_ignite.config.validate import check_dispatch
 
     for path in paths:
@@ -99,6 +100,9 @@ def _check_configs(args: argparse.Namespace, paths: list[str]) -> int:
         cfg = _prepare(args, path)
         print(cfg)
         check_dispatch(cfg)
+        # Here, not only when training builds the backends, which can be hours in a queue later.
+        for backend in cfg.get("logger_name", None) or ():
+            check_extra_installed(backend)
         print()
         print("all dotted paths resolve.")
     return 0
