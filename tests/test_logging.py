@@ -114,3 +114,24 @@ def test_a_crash_while_building_finishes_the_started_backends_as_failed(make_cfg
     with pytest.raises(RuntimeError, match="no model today"):
         BrokenModel(0, make_cfg(logger_name=[RECORDING])).fit()
     assert recording_backend.FINISHED == [True]
+
+
+def test_the_text_backend_writes_each_block_at_once(monkeypatch):
+    from gatle_ignite.callbacks.backends.text import Backend as TextBackend
+
+    writes = []
+
+    class CountingStdout:
+        def write(self, text):
+            writes.append(text)
+
+        def flush(self):
+            pass
+
+    monkeypatch.setattr("sys.stdout", CountingStdout())
+    TextBackend(None).log({"valid/acc": 0.25, "train/loss_avg": 0.5}, epoch=3)
+    TextBackend(None).log({"train/lr_0": 0.1}, step=7)
+    assert writes == [
+        "--- epoch 3 ---\n{'train/loss_avg': 0.5, 'valid/acc': 0.25}\n",
+        "--- step 7 ---\n{'train/lr_0': 0.1}\n",
+    ]

@@ -1,6 +1,7 @@
 """The default sink: metrics pretty-printed to stdout."""
 
 import pprint
+import sys
 
 from gatle_ignite.callbacks.logging import Backend as BaseBackend
 
@@ -9,5 +10,6 @@ __all__ = ["Backend"]
 
 class Backend(BaseBackend):
     def log(self, metrics, step=None, epoch=None):
-        print(f"--- epoch {epoch} ---" if epoch is not None else f"--- step {step} ---")
-        pprint.pprint(metrics)
+        header = f"--- epoch {epoch} ---" if epoch is not None else f"--- step {step} ---"
+        # One write for the block: unbuffered, print() and pprint() make a system call a piece.
+        sys.stdout.write(f"{header}\n{pprint.pformat(metrics)}\n")
