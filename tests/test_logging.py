@@ -135,3 +135,12 @@ def test_the_text_backend_writes_each_block_at_once(monkeypatch):
         "--- epoch 3 ---\n{'train/loss_avg': 0.5, 'valid/acc': 0.25}\n",
         "--- step 7 ---\n{'train/lr_0': 0.1}\n",
     ]
+
+
+def test_progress_and_text_logs_are_silent_without_a_stdout(make_cfg, monkeypatch):
+    # A daemonised process or pythonw has sys.stdout None; print() stays silent there.
+    task = Trainer(0, make_cfg(max_epochs=1, logger_name=["text"]))
+    task.setup()
+    monkeypatch.setattr("sys.stdout", None)
+    task.fit()
+    assert task.engines["trainer"].state.epoch == 1

@@ -167,7 +167,9 @@ def _progress_printer(label):
             line = f"[{stamp}] {label} epoch {state.epoch}: (?) - {state.iteration}/{length}"
         # One write, where print() makes two: unbuffered (PYTHONUNBUFFERED, as clusters and
         # containers run), each is a system call, and those cost the step's caches dearly.
-        sys.stdout.write(line + "\n")
+        # Like print(), nothing when the process has no stdout (a daemon, pythonw).
+        if sys.stdout is not None:
+            sys.stdout.write(line + "\n")
 
     return report
 

@@ -12,4 +12,6 @@ class Backend(BaseBackend):
     def log(self, metrics, step=None, epoch=None):
         header = f"--- epoch {epoch} ---" if epoch is not None else f"--- step {step} ---"
         # One write for the block: unbuffered, print() and pprint() make a system call a piece.
-        sys.stdout.write(f"{header}\n{pprint.pformat(metrics)}\n")
+        # Like print(), nothing when the process has no stdout (a daemon, pythonw).
+        if sys.stdout is not None:
+            sys.stdout.write(f"{header}\n{pprint.pformat(metrics)}\n")
