@@ -14,7 +14,6 @@ import torch
 from ignite.engine import Engine, Events
 from ignite.handlers import TerminateOnNan
 from ignite.metrics import Average
-from ignite.metrics.metric import reinit__is_reduced
 
 from gatle_ignite.config.validate import validate_config
 from gatle_ignite.data.helpers import ExactDistributedSampler, get_aug, get_dataset
@@ -109,7 +108,8 @@ class _LossAverage(Average):
 
     def iteration_completed(self, engine):
         # What ignite's version does for a loss, without its no_grad region, output parsing
-        # and reinit wrapper: a step's scalar loss goes straight onto the list.
+        # and reinit wrapper: a step's scalar loss goes straight onto the list. Anything else
+        # (a number, per-sample losses) takes ignite's own path and rules.
         value = engine.state.output["losses"][self.key]
         if torch.is_tensor(value) and value.dim() == 0:
             self._pending.append(value.detach())
@@ -117,19 +117,9 @@ class _LossAverage(Average):
         else:
             super().iteration_completed(engine)
 
-    @reinit__is_reduced
-    def update(self, output):
-        if torch.is_tensor(output) and output.dim() > 0:
-            # ignite's own rules: a 1-d tensor is one vector sample, N-d counts shape[0] samples.
-            super().update(output)
-            return
-        self._pending.append(output.detach() if torch.is_tensor(output) else output)
-        self.num_examples += 1
-
     def compute(self):
         if self._pending:
-            pending = [torch.as_tensor(v).reshape(-1) for v in self._pending]
-            total = torch.cat(pending).to(self.accumulator).sum()
+            total = torch.stack(self._pending).to(self.accumulator).sum()
             self.accumulator = self.accumulator + total
             self._pending = []
         return super().compute()
@@ -509,7 +499,7 @@ class BaseTrainer:
             self._preempt(engine, self._latest.last_checkpoint if self._latest else None)
 
     def _preempt(self, engine, saved):
-        if idist.get_world_size() > 1:
+        if self._world_size > 1:
             # Rank 0 may still be writing; no rank leaves before the file is complete.
             idist.barrier()
         message = (
@@ -600,7 +590,7 @@ class BaseTrainer:
         """Build ``Loss(**criterion_params)`` on the run's device."""
         Loss = import_entrypoint(self.cfg.criterion_name, "Loss", field="criterion_name")
         self.criterion = call_with_params(Loss, self.cfg.criterion_params, "criterion_params")
-        self.criterion = self.criterion.to(idist.device())
+        self.criterion = self.criterion.to(self.device)
         return self.criterion
 
     def build_optimizer(self):
