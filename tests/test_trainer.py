@@ -67,6 +67,38 @@ def test_each_progress_line_is_one_write(make_cfg, monkeypatch):
     assert len(progress) == 10 and all(text.endswith("/10\n") for text in progress)
 
 
+def test_progress_follows_the_global_iteration_cadence_across_epochs(make_cfg, capsys):
+    # 25 iterations per epoch -> a line every 2 iterations, counted over the whole run as an
+    # ignite every= filter counts: epoch 2 reports 1/25 (iteration 26), 3/25, ...
+    cfg = make_cfg(max_epochs=2, every_val=0, train_ds_params={"n": 400, "bs": 16})
+    Trainer(0, cfg).fit()
+    lines = [line for line in capsys.readouterr().out.splitlines() if " TRAIN " in line]
+    pattern = r"\[[^]]+\] TRAIN epoch (\d): \((\d\.\d\d)\) - (\d+)/25"
+    seen = [re.fullmatch(pattern, line).groups() for line in lines]
+    assert seen[:2] == [("1", "0.08", "2"), ("1", "0.16", "4")]
+    assert [done for epoch, _, done in seen if epoch == "2"][:2] == ["1", "3"]
+    assert len(seen) == 25
+
+
+def test_eval_progress_uses_the_specs_cadence(make_cfg, capsys):
+    class SparseProgress(Trainer):
+        def eval_specs(self):
+            return (replace(super().eval_specs()[0], progress_every=2),)
+
+    SparseProgress(0, make_cfg(max_epochs=1, valid_ds_params={"n": 96, "bs": 16})).fit()
+    lines = [line for line in capsys.readouterr().out.splitlines() if " VALID " in line]
+    assert [line.rsplit(" - ", 1)[1] for line in lines] == ["2/6", "4/6", "6/6"]
+
+
+def test_a_progress_cadence_below_one_is_refused(make_cfg):
+    class NoProgress(Trainer):
+        def eval_specs(self):
+            return (replace(super().eval_specs()[0], progress_every=0),)
+
+    with pytest.raises(ValueError, match="every must be a positive integer"):
+        NoProgress(0, make_cfg(max_epochs=1)).fit()
+
+
 def test_the_text_backend_prints_epoch_metrics(make_cfg, capsys):
     Trainer(0, make_cfg(max_epochs=1, logger_name=["text"])).fit()
     out = capsys.readouterr().out

@@ -52,7 +52,11 @@ class Loss(nn.Module):
             self.weighting[key] = entry["weight"]
             self.gating[key] = (entry.get("start_iteration"), entry.get("end_iteration"))
         self.crit_keys = list(dict_of_loss_params.keys())
-        self._names = {key: f"loss_{key}" for key in self.crit_keys}
+        # Resolved once: a ModuleDict lookup and the gate test are Python calls on every step.
+        self._terms = tuple(
+            (key, f"loss_{key}", self.dict_loss_functions[key]) for key in self.crit_keys
+        )
+        self._gated = any(bounds != (None, None) for bounds in self.gating.values())
 
     def _is_active(self, key: str, iteration: Optional[int]) -> bool:
         start, end = self.gating[key]
@@ -66,12 +70,12 @@ class Loss(nn.Module):
         """Return ``(total, {"loss_<key>": weighted value})``; gated-off terms report 0.0."""
         total = None
         components = {}
-        for key, name in self._names.items():
-            if not self._is_active(key, iteration):
+        for key, name, term in self._terms:
+            if self._gated and not self._is_active(key, iteration):
                 # Keep the key so each logged series stays continuous across the gate.
                 components[name] = torch.zeros((), device=_device_of(y_pred))
                 continue
-            value = self.dict_loss_functions[key](y_pred, target, iteration)
+            value = term(y_pred, target, iteration)
             weight = self.weighting[key]
             if weight != 1:
                 value = weight * value

@@ -71,14 +71,19 @@ def _losses_on_every_rank(output):
 class _TerminateOnNan(TerminateOnNan):
     """ignite's TerminateOnNan, with a fast path for what a step reports: scalar losses.
 
-    One float() per loss instead of isfinite/all/bool tensor ops; anything else (a tensor of
-    several values, a nested structure) goes through ignite's own check.
+    One float() per distinct loss tensor (the total of a one-term composite is its term)
+    instead of isfinite/all/bool tensor ops; anything else (a tensor of several values, a
+    nested structure) goes through ignite's own check.
     """
 
     def __call__(self, engine):
         output = self._output_transform(engine.state.output)
+        checked = None
         for value in output.values() if isinstance(output, dict) else (output,):
-            if torch.is_tensor(value) and value.numel() == 1:
+            if value is checked:
+                continue
+            if isinstance(value, torch.Tensor) and value.numel() == 1:
+                checked = value
                 value = float(value.detach())
             elif not isinstance(value, numbers.Number):
                 super().__call__(engine)
@@ -111,7 +116,7 @@ class _LossAverage(Average):
         # and reinit wrapper: a step's scalar loss goes straight onto the list. Anything else
         # (a number, per-sample losses) takes ignite's own path and rules.
         value = engine.state.output["losses"][self.key]
-        if torch.is_tensor(value) and value.dim() == 0:
+        if isinstance(value, torch.Tensor) and value.dim() == 0:
             self._pending.append(value.detach())
             self.num_examples += 1
         else:
@@ -143,23 +148,59 @@ def empty_cuda_cache(engine=None):
     torch.cuda.empty_cache()
 
 
-def _progress_printer(label):
-    """A text progress line; attached on rank 0 only."""
+class _Timestamp:
+    """``time.strftime`` of the current second, formatted once per second.
+
+    Inside a training loop strftime's locale and time-zone code runs cold, and costs more than
+    the rest of a progress line.
+    """
+
+    def __init__(self):
+        self._second = None
+        self._text = ""
+
+    def __call__(self) -> str:
+        now = time.time()
+        second = int(now)
+        if second != self._second:
+            self._second = second
+            self._text = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(now))
+        return self._text
+
+
+def _progress_printer(label, every=1):
+    """A text progress line every ``every`` iterations; attached on rank 0 only.
+
+    The cadence is checked here rather than by an ignite event filter, whose per-iteration
+    dispatch costs more than this check.
+    """
+    if not isinstance(every, int) or every < 1:
+        raise ValueError(f"{label} progress: every must be a positive integer, got {every!r}")
+    stamp = _Timestamp()
+    # (done, length) -> "(0.30) - 3/10": the same few positions recur every epoch.
+    positions = {}
+
+    def position(done, length):
+        key = (done, length)
+        text = positions.get(key)
+        if text is None:
+            text = positions[key] = f"({done / length:.2f}) - {done}/{length}"
+        return text
 
     def report(engine):
         state = engine.state
+        if state.iteration % every:
+            return
         length = state.epoch_length
-        stamp = time.strftime("%Y-%m-%d %H:%M:%S")
         if length:
-            done = ((state.iteration - 1) % length) + 1
-            line = f"[{stamp}] {label} epoch {state.epoch}: ({done / length:.2f}) - {done}/{length}"
+            where = position(((state.iteration - 1) % length) + 1, length)
         else:
-            line = f"[{stamp}] {label} epoch {state.epoch}: (?) - {state.iteration}/{length}"
+            where = f"(?) - {state.iteration}/{length}"
         # One write, where print() makes two: unbuffered (PYTHONUNBUFFERED, as clusters and
-        # containers run), each is a system call, and those cost the step's caches dearly.
-        # Like print(), nothing when the process has no stdout (a daemon, pythonw).
+        # containers run), each is a system call. Like print(), nothing when the process has no
+        # stdout (a daemon, pythonw).
         if sys.stdout is not None:
-            sys.stdout.write(line + "\n")
+            sys.stdout.write(f"[{stamp()}] {label} epoch {state.epoch}: {where}\n")
 
     return report
 
@@ -319,7 +360,8 @@ class BaseTrainer:
             loss.backward()
             if not step:
                 return
-            self._clip_grads(model)
+            if self.grad_clip_value is not None or self.grad_clip_norm is not None:
+                self._clip_grads(model)
             optimizer.step()
 
     def _clip_grads(self, model):
@@ -342,19 +384,29 @@ class BaseTrainer:
             window, is_first, is_step = self._accum_window(engine)
         if is_first:
             self.optimizer.zero_grad(set_to_none=True)
+        if is_step:
+            return self._train_micro_batch(engine, batch, split, window, is_step)
         # no_sync covers the forward too: DDP decides during forward whether to all-reduce.
         with self._maybe_no_sync(is_step):
             return self._train_micro_batch(engine, batch, split, window, is_step)
 
     def _train_micro_batch(self, engine, batch, split, window, is_step):
         x = self.prep_batch(batch, split=split)
-        with self._autocast():
-            y_pred = self.forward(x["model_input"])
-            loss, dict_losses = self.loss_fn(y_pred, x, iteration=engine.state.iteration)
+        # No context at all without AMP: a null one is three Python calls on every step.
+        if self.autocast_enabled:
+            with self._autocast():
+                y_pred, loss, dict_losses = self._forward_and_loss(x, engine)
+        else:
+            y_pred, loss, dict_losses = self._forward_and_loss(x, engine)
         # By the window, not accum_steps: an epoch's last window can be shorter.
         self.backward(loss / window if window > 1 else loss, step=is_step)
         # The undivided loss is reported, so train/loss_avg compares across accum_steps.
         return {"y_pred": y_pred, "target": x, "losses": {"loss": loss, **dict_losses}}
+
+    def _forward_and_loss(self, x, engine):
+        y_pred = self.forward(x["model_input"])
+        loss, dict_losses = self.loss_fn(y_pred, x, iteration=engine.state.iteration)
+        return y_pred, loss, dict_losses
 
     def _accum_window(self, engine):
         """``(window size, first in window, ends the window)``; windows never cross epochs."""
@@ -368,7 +420,7 @@ class BaseTrainer:
         return window, index == start, index == start + window - 1
 
     def _autocast(self):
-        """The step's autocast region; none at all when AMP is off (fp32)."""
+        """The step's autocast region; the default steps enter it only when AMP is on."""
         if not self.autocast_enabled:
             return contextlib.nullcontext()
         return torch.autocast(device_type=self.device_type, dtype=self.dtype)
@@ -385,8 +437,12 @@ class BaseTrainer:
         if self.model.training:
             self.model.eval()
         x = self.prep_batch(batch, split=split)
-        with torch.no_grad(), self._autocast():
-            y_pred = self.forward(x["model_input"])
+        with torch.no_grad():
+            if self.autocast_enabled:
+                with self._autocast():
+                    y_pred = self.forward(x["model_input"])
+            else:
+                y_pred = self.forward(x["model_input"])
         return {"y_pred": y_pred, "target": x}
 
     # ---- Framework below: a task never needs to touch it ----
@@ -423,7 +479,7 @@ class BaseTrainer:
         """Train: set up, load what the config asks (weights, resume), run, tear down."""
         try:
             data = self._prepare_fit()
-            with preemption_signals():
+            with preemption_signals(on_request=self._watch_for_preemption):
                 self.engines["trainer"].run(
                     data, max_epochs=self.cfg.max_epochs, epoch_length=self.cfg.train_length
                 )
@@ -463,10 +519,23 @@ class BaseTrainer:
             trainer.add_event_handler(
                 Events.ITERATION_COMPLETED(every=every), self._save_iteration_checkpoint
             )
-        # After TerminateOnNan, whose all-reduce tells every rank about a request; and after
-        # save_latest, for a request that arrives at an epoch's last iteration.
-        trainer.add_event_handler(Events.ITERATION_COMPLETED, self._stop_if_preempted)
+        if self._world_size > 1:
+            # After TerminateOnNan, whose all-reduce tells every rank about a request. A single
+            # process needs no check on every iteration: the signal attaches it.
+            trainer.add_event_handler(Events.ITERATION_COMPLETED, self._stop_if_preempted)
+        # After save_latest, for a request that arrives at an epoch's last iteration.
         trainer.add_event_handler(Events.EPOCH_COMPLETED, self._stop_if_preempted_at_epoch_end)
+
+    def _watch_for_preemption(self):
+        """Called by the first preemption signal: stop at the end of the current iteration.
+
+        Appended to the running event's handlers, it runs after every handler of the current
+        iteration, the checkpoints included.
+        """
+        trainer = self.engines.get("trainer")
+        if self._world_size == 1 and trainer is not None:
+            if not trainer.has_event_handler(self._stop_if_preempted, Events.ITERATION_COMPLETED):
+                trainer.add_event_handler(Events.ITERATION_COMPLETED, self._stop_if_preempted)
 
     @staticmethod
     def _ends_epoch(engine) -> bool:
@@ -747,14 +816,12 @@ class BaseTrainer:
                     ProgressBar(persist=False).attach(engine)
         elif idist.get_rank() == 0:
             every = max((cfg.train_length or len(self.dls["train"])) // 10, 1)
-            trainer.add_event_handler(
-                Events.ITERATION_COMPLETED(every=every), _progress_printer("TRAIN")
-            )
+            trainer.add_event_handler(Events.ITERATION_COMPLETED, _progress_printer("TRAIN", every))
             for spec in self.eval_specs():
                 if self.engines.get(spec.key) is not None:
                     self.engines[spec.key].add_event_handler(
-                        Events.ITERATION_COMPLETED(every=spec.progress_every),
-                        _progress_printer(spec.progress_label),
+                        Events.ITERATION_COMPLETED,
+                        _progress_printer(spec.progress_label, spec.progress_every),
                     )
         for engine in engines:
             engine.add_event_handler(Events.EPOCH_STARTED, _clear_state)

@@ -59,10 +59,11 @@ REQUEST = _Request()
 
 
 @contextlib.contextmanager
-def preemption_signals(forward_to=None):
+def preemption_signals(forward_to=None, on_request=None):
     """Turn the preemption signals into a request, while the block runs.
 
     ``forward_to`` returns processes to pass the signal on to (a launcher's spawned ranks).
+    ``on_request`` is called (in the signal handler, once) when the first signal arrives.
     Outside the main thread, where Python cannot install handlers, it does nothing.
     """
     if threading.current_thread() is not threading.main_thread():
@@ -70,7 +71,10 @@ def preemption_signals(forward_to=None):
         return
 
     def record(signum, _frame):
+        first = not REQUEST.received
         REQUEST.signal = signum
+        if first and on_request is not None:
+            on_request()
         for process in forward_to() if forward_to else ():
             with contextlib.suppress(ProcessLookupError, TypeError):
                 os.kill(process.pid, signum)

@@ -19,24 +19,24 @@ def to_device(batch, device=None, non_blocking=True):
         device = idist.device()
     elif not isinstance(device, torch.device):
         device = torch.device(device)
+    return _move(batch, device, non_blocking)
 
-    def move(value):
-        if torch.is_tensor(value):
-            # A tensor already there is returned as it is, without a dispatch through .to().
-            if value.device == device:
-                return value
-            return value.to(device=device, non_blocking=non_blocking)
-        if type(value) is dict:
-            return {key: move(item) for key, item in value.items()}
-        if isinstance(value, Mapping):
-            return type(value)({key: move(item) for key, item in value.items()})
-        if isinstance(value, tuple) and hasattr(value, "_fields"):
-            return type(value)(*(move(item) for item in value))
-        if isinstance(value, (list, tuple)):
-            return type(value)(move(item) for item in value)
-        return value
 
-    return move(batch)
+def _move(value, device, non_blocking):
+    if isinstance(value, torch.Tensor):
+        # A tensor already there is returned as it is, without a dispatch through .to().
+        if value.device == device:
+            return value
+        return value.to(device=device, non_blocking=non_blocking)
+    if type(value) is dict:
+        return {key: _move(item, device, non_blocking) for key, item in value.items()}
+    if isinstance(value, Mapping):
+        return type(value)({key: _move(item, device, non_blocking) for key, item in value.items()})
+    if isinstance(value, tuple) and hasattr(value, "_fields"):
+        return type(value)(*(_move(item, device, non_blocking) for item in value))
+    if isinstance(value, (list, tuple)):
+        return type(value)(_move(item, device, non_blocking) for item in value)
+    return value
 
 
 def get_value(container, name):

@@ -1,0 +1,68 @@
+"""Preemption in one process: a signal to the running trainer ends it at an iteration boundary."""
+
+import os
+import signal
+from pathlib import Path
+
+import pytest
+from ignite.engine import Events
+
+from gatle_ignite.trainer.preemption import EXIT_PREEMPTED, Preempted
+from tests.toy.trainer import Trainer
+
+
+class SignalledAt(Trainer):
+    """Sends itself SIGTERM while preparing the batch of one iteration."""
+
+    def __init__(self, local_rank, cfg, at):
+        super().__init__(local_rank, cfg)
+        self.at = at
+        self.watched_before_signal = []
+
+    def prep_batch(self, batch, split="train", **kwargs):
+        trainer = self.engines["trainer"]
+        if split == "train":
+            watched = trainer.has_event_handler(self._stop_if_preempted, Events.ITERATION_COMPLETED)
+            self.watched_before_signal.append(watched)
+            if trainer.state.iteration == self.at:
+                os.kill(os.getpid(), signal.SIGTERM)
+        return super().prep_batch(batch, split=split, **kwargs)
+
+
+def _files(cfg):
+    return sorted(path.name for path in Path(cfg.save_dir).glob("*.pt"))
+
+
+def test_a_signal_mid_epoch_saves_that_iteration_and_exits_75(make_cfg):
+    # 4 iterations per epoch; the signal arrives during iteration 6 (epoch 2).
+    cfg = make_cfg(max_epochs=3)
+    task = SignalledAt(0, cfg, at=6)
+    with pytest.raises(Preempted) as raised:
+        task.fit()
+    assert raised.value.code == EXIT_PREEMPTED
+    assert "after iteration 6" in str(raised.value)
+    assert "latest_iter_checkpoint_6.pt" in _files(cfg)
+    assert task.engines["trainer"].state.iteration == 6
+    # A single process checks nothing on every iteration until a signal asks it to.
+    assert task.watched_before_signal[:6] == [False] * 6
+
+
+def test_a_signal_at_an_epochs_last_iteration_stops_after_the_epoch_checkpoint(make_cfg):
+    cfg = make_cfg(max_epochs=3)
+    task = SignalledAt(0, cfg, at=4)
+    with pytest.raises(Preempted) as raised:
+        task.fit()
+    assert "after iteration 4" in str(raised.value)
+    files = _files(cfg)
+    assert "latest_epoch_checkpoint_1.pt" in files
+    assert not [name for name in files if name.startswith("latest_iter")]
+
+
+def test_the_signal_handler_is_restored_after_the_run(make_cfg):
+    before = signal.getsignal(signal.SIGTERM)
+    with pytest.raises(Preempted):
+        SignalledAt(0, make_cfg(max_epochs=2), at=2).fit()
+    assert signal.getsignal(signal.SIGTERM) is before
+    # The next run in this process is not preempted by the last one's request.
+    task = Trainer(0, make_cfg(max_epochs=1, save_dir=make_cfg().save_dir + "_next")).fit()
+    assert task.engines["trainer"].state.epoch == 1
