@@ -90,6 +90,15 @@ def test_eval_progress_uses_the_specs_cadence(make_cfg, capsys):
     assert [line.rsplit(" - ", 1)[1] for line in lines] == ["2/6", "4/6", "6/6"]
 
 
+def test_an_eval_run_shorter_than_its_cadence_gets_no_printer(make_cfg, capsys):
+    # 2 valid batches, progress_every 100: no line could ever print, so nothing is attached
+    # that would run on every batch.
+    task = Trainer(0, make_cfg(max_epochs=1)).fit()
+    handlers = task.engines["evaluator"]._event_handlers[Events.ITERATION_COMPLETED]
+    assert len(handlers) == 1  # the accuracy metric
+    assert " VALID " not in capsys.readouterr().out
+
+
 def test_a_progress_cadence_below_one_is_refused(make_cfg):
     class NoProgress(Trainer):
         def eval_specs(self):

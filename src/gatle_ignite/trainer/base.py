@@ -818,7 +818,7 @@ class BaseTrainer:
             every = max((cfg.train_length or len(self.dls["train"])) // 10, 1)
             trainer.add_event_handler(Events.ITERATION_COMPLETED, _progress_printer("TRAIN", every))
             for spec in self.eval_specs():
-                if self.engines.get(spec.key) is not None:
+                if self._eval_progress_prints(spec):
                     self.engines[spec.key].add_event_handler(
                         Events.ITERATION_COMPLETED,
                         _progress_printer(spec.progress_label, spec.progress_every),
@@ -832,6 +832,22 @@ class BaseTrainer:
             trainer.add_event_handler(
                 Events.EPOCH_STARTED, lambda engine: sampler.set_epoch(engine.state.epoch)
             )
+
+    def _eval_progress_prints(self, spec) -> bool:
+        """Whether a built eval engine's run is long enough to reach a progress line.
+
+        Each run counts from iteration 0, so a run shorter than ``progress_every`` never
+        prints, and its printer would only cost a call per batch.
+        """
+        if self.engines.get(spec.key) is None:
+            return False
+        length = spec.length(self.cfg)
+        if not length:
+            try:
+                length = len(self.dls[spec.split])
+            except TypeError:
+                return True  # an iterable dataset: its length is unknown
+        return not isinstance(spec.progress_every, int) or length >= spec.progress_every
 
 
 def _loss_selector(key):
