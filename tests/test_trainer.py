@@ -376,3 +376,32 @@ def test_loss_averages_match_ignite_average_for_scalar_and_per_sample_losses(mak
             reference.update(value)
         expected = torch.as_tensor(reference.compute(), dtype=torch.float64)
         assert torch.allclose(torch.as_tensor(metrics[f"train/{key}_avg"]).double(), expected)
+
+
+def _finite_until(iteration, last, bad):
+    return 1.0 if iteration <= last else float(bad)
+
+
+@pytest.mark.parametrize(
+    ("losses", "stops_at"),
+    [
+        # The total is finite, a component is not: each distinct tensor is checked.
+        (lambda i: {"loss": torch.tensor(1.0), "loss_aux": torch.tensor(float("nan"))}, 1),
+        # A one-term total is its term (one tensor, checked once); inf stops as NaN does.
+        (lambda i: dict.fromkeys(("loss", "loss_ce"), torch.tensor(_finite_until(i, 2, "inf"))), 3),
+        # Plain numbers and per-sample tensors take ignite's own check.
+        (lambda i: {"loss": 1.0, "loss_px": torch.tensor([1.0, _finite_until(i, 1, "nan")])}, 2),
+        (lambda i: {"loss": torch.tensor(0.5, requires_grad=True) * 2}, None),
+    ],
+)
+def test_the_nan_check_stops_at_the_first_non_finite_loss(losses, stops_at):
+    from ignite.engine import Engine
+
+    from gatle_ignite.trainer.base import _step_losses, _TerminateOnNan
+
+    engine = Engine(lambda e, batch: {"losses": losses(e.state.iteration)})
+    engine.add_event_handler(
+        Events.ITERATION_COMPLETED, _TerminateOnNan(output_transform=_step_losses)
+    )
+    engine.run(range(5), max_epochs=1)
+    assert engine.state.iteration == (stops_at or 5)

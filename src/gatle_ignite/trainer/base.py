@@ -48,7 +48,8 @@ __all__ = ["BaseTrainer"]
 
 
 def _to_float(value) -> float:
-    return float(value.detach()) if torch.is_tensor(value) else float(value)
+    # item() reads a tensor needing grad without detach()'s new tensor (or float()'s warning).
+    return value.item() if isinstance(value, torch.Tensor) else float(value)
 
 
 def _step_losses(output):
@@ -84,7 +85,7 @@ class _TerminateOnNan(TerminateOnNan):
                 continue
             if isinstance(value, torch.Tensor) and value.numel() == 1:
                 checked = value
-                value = float(value.detach())
+                value = value.item()
             elif not isinstance(value, numbers.Number):
                 super().__call__(engine)
                 return
