@@ -25,7 +25,10 @@ def _device_of(y_pred: Any) -> torch.device:
 
 
 class Loss(nn.Module):
-    """Sum of ``weight * term(y_pred, target, iteration)`` over the active entries."""
+    """Sum of ``weight * term(y_pred, target, iteration)`` over the active entries.
+
+    The terms and their gates are fixed at construction; ``weighting`` is read on every call.
+    """
 
     def __init__(self, dict_of_loss_params: Mapping[str, Mapping[str, Any]]) -> None:
         super().__init__()

@@ -72,7 +72,7 @@ def _losses_on_every_rank(output):
 class _TerminateOnNan(TerminateOnNan):
     """ignite's TerminateOnNan, with a fast path for what a step reports: scalar losses.
 
-    One float() per distinct loss tensor (the total of a one-term composite is its term)
+    One item() per distinct loss tensor (the total of a one-term composite is its term)
     instead of isfinite/all/bool tensor ops; anything else (a tensor of several values, a
     nested structure) goes through ignite's own check.
     """
