@@ -1,6 +1,6 @@
 """What one piece of gatle-ignite's training loop costs, measured inside one process.
 
-    python -m bench.ablate [--epochs 100] progress nan criterion
+    python -m bench.ablate [--epochs 100] progress nan criterion step
 
 Separate processes differ by several percent from their memory layout alone, more than most
 single pieces cost, so this trains once (the bench config, every extra off) and alternates:
@@ -10,9 +10,11 @@ epochs are warm-up). Inside a training loop a piece costs far more than ``timeit
 the tensor work between two calls evicts the Python code and data from the caches.
 
 Pieces: ``progress`` (the TRAIN printer), ``nan`` (TerminateOnNan), ``criterion`` (the
-composite loss replaced by one ``F.cross_entropy`` call, the bare loop's); join several with
-commas to remove them together. The loss averages cannot be left out of an epoch, which must
-compute them. Each argument runs in its own process. It reads ignite's private
+composite loss replaced by one ``F.cross_entropy`` call, the bare loop's), ``step`` (the whole
+``train_step``, ``prep_batch`` and the example model's dict wrapper replaced by the bare loop's
+statements, reporting the same losses); join several with commas to remove them together.
+The loss averages cannot be left out of an epoch, which must compute them. Each argument runs
+in its own process. It reads ignite's private
 ``_event_handlers``: a diagnostic, not a benchmark.
 """
 
@@ -35,7 +37,7 @@ HANDLERS = {
     "progress": ("_progress_printer.<locals>.report",),
     "nan": ("_TerminateOnNan",),
 }
-PIECES = (*HANDLERS, "criterion")
+PIECES = (*HANDLERS, "criterion", "step")
 
 
 def _qualname(func):
@@ -64,6 +66,7 @@ class AlternatingTrainer(BenchTrainer):
             complete = engine.state.epoch % 2 == 1
             handlers[:] = full if complete else reduced
             self.bare_criterion = not complete and "criterion" in self.pieces
+            self.bare_step = not complete and "step" in self.pieces
             started["cpu"] = time.process_time()
 
         def stop(engine):
@@ -75,6 +78,20 @@ class AlternatingTrainer(BenchTrainer):
             trainer.add_event_handler(event, handler)
             trainer._event_handlers[event].insert(0, trainer._event_handlers[event].pop())
         return data
+
+    def train_step(self, engine, batch, split="train"):
+        if not getattr(self, "bare_step", False):
+            return super().train_step(engine, batch, split)
+        import torch.nn.functional as F
+
+        x, y = batch
+        self.optimizer.zero_grad(set_to_none=True)
+        logits = self.model.net(x)
+        loss = F.cross_entropy(logits, y)
+        loss.backward()
+        self.optimizer.step()
+        losses = {"loss": loss, **{f"loss_{key}": loss for key in self.criterion.crit_keys}}
+        return {"y_pred": {"logits": logits}, "target": None, "losses": losses}
 
     def loss_fn(self, y_pred, target, **kwargs):
         if getattr(self, "bare_criterion", False):
