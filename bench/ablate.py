@@ -1,6 +1,6 @@
 """What one piece of gatle-ignite's training loop costs, measured inside one process.
 
-    python -m bench.ablate [--epochs 100] progress nan criterion step
+    python -m bench.ablate [--epochs 100] progress nan loss_averages criterion step
 
 Separate processes differ by several percent from their memory layout alone, more than most
 single pieces cost, so this trains once (the bench config, every extra off) and alternates:
@@ -9,12 +9,13 @@ the difference of the median CPU time per iteration of the two kinds of epoch (t
 epochs are warm-up). Inside a training loop a piece costs far more than ``timeit`` says, because
 the tensor work between two calls evicts the Python code and data from the caches.
 
-Pieces: ``progress`` (the TRAIN printer), ``nan`` (TerminateOnNan), ``criterion`` (the
+Pieces: ``progress`` (the TRAIN printer), ``nan`` (TerminateOnNan), ``loss_averages`` (the
+per-iteration part of every loss average; an epoch without it averages one placeholder value
+instead, so its logged averages are meaningless), ``criterion`` (the
 composite loss replaced by one ``F.cross_entropy`` call, the bare loop's), ``step`` (the whole
 ``train_step``, ``prep_batch`` and the example model's dict wrapper replaced by the bare loop's
 statements, reporting the same losses); join several with commas to remove them together.
-The loss averages cannot be left out of an epoch, which must compute them. Each argument runs
-in its own process. It reads ignite's private
+Each argument runs in its own process. It reads ignite's private
 ``_event_handlers``: a diagnostic, not a benchmark.
 """
 
@@ -36,6 +37,7 @@ WARMUP = 2
 HANDLERS = {
     "progress": ("_progress_printer.<locals>.report",),
     "nan": ("_TerminateOnNan",),
+    "loss_averages": ("_LossAverage.iteration_completed",),
 }
 PIECES = (*HANDLERS, "criterion", "step")
 
@@ -51,6 +53,7 @@ class AlternatingTrainer(BenchTrainer):
     pieces = ()
 
     def _prepare_fit(self):
+        import torch
         from ignite.engine import Events
 
         data = super()._prepare_fit()
@@ -69,9 +72,20 @@ class AlternatingTrainer(BenchTrainer):
             self.bare_step = not complete and "step" in self.pieces
             started["cpu"] = time.process_time()
 
+        averages = [
+            h[0].__self__
+            for h in full
+            if h not in reduced and _qualname(h[0]).endswith(HANDLERS["loss_averages"])
+        ]
+
         def stop(engine):
             spent = (time.process_time() - started["cpu"]) / engine.state.epoch_length
-            self.per_iteration[engine.state.epoch % 2 == 1].append(spent)
+            complete = engine.state.epoch % 2 == 1
+            self.per_iteration[complete].append(spent)
+            if not complete:
+                # An epoch's averages must have an example to compute; this one is a placeholder.
+                for average in averages:
+                    average.update(torch.zeros(()))
 
         # First of their events, so the clock covers every other handler of the epoch.
         for event, handler in ((Events.EPOCH_STARTED, start), (Events.EPOCH_COMPLETED, stop)):
