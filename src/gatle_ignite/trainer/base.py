@@ -152,8 +152,8 @@ def empty_cuda_cache(engine=None):
 class _Timestamp:
     """``time.strftime`` of the current second, formatted once per second.
 
-    Inside a training loop strftime's locale and time-zone code runs cold, and costs more than
-    the rest of a progress line.
+    Inside a training loop strftime's locale and time-zone code runs cold: ~20 us a call there
+    against 0.25 us alone (``python -m bench.in_loop strftime``).
     """
 
     def __init__(self):
