@@ -19,3 +19,27 @@ def make_cfg(tmp_path):
         return toy_config(**fields)
 
     return make
+
+
+@pytest.fixture
+def count_stdout_writes(monkeypatch):
+    """Call it in the test body to replace sys.stdout with one recording each write() call.
+
+    In the body, not at fixture setup: pytest's capture sets its own sys.stdout again when the
+    test call starts. Returns the list of written texts.
+    """
+
+    def install():
+        writes = []
+
+        class CountingStdout:
+            def write(self, text):
+                writes.append(text)
+
+            def flush(self):
+                pass
+
+        monkeypatch.setattr("sys.stdout", CountingStdout())
+        return writes
+
+    return install

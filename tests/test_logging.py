@@ -116,19 +116,10 @@ def test_a_crash_while_building_finishes_the_started_backends_as_failed(make_cfg
     assert recording_backend.FINISHED == [True]
 
 
-def test_the_text_backend_writes_each_block_at_once(monkeypatch):
+def test_the_text_backend_writes_each_block_at_once(count_stdout_writes):
     from gatle_ignite.callbacks.backends.text import Backend as TextBackend
 
-    writes = []
-
-    class CountingStdout:
-        def write(self, text):
-            writes.append(text)
-
-        def flush(self):
-            pass
-
-    monkeypatch.setattr("sys.stdout", CountingStdout())
+    writes = count_stdout_writes()
     TextBackend(None).log({"valid/acc": 0.25, "train/loss_avg": 0.5}, epoch=3)
     TextBackend(None).log({"train/lr_0": 0.1}, step=7)
     assert writes == [

@@ -48,20 +48,10 @@ def test_progress_lines_have_the_contract_shape(make_cfg, capsys):
     assert done == list(range(1, 11))
 
 
-def test_each_progress_line_is_one_write(make_cfg, monkeypatch):
+def test_each_progress_line_is_one_write(make_cfg, count_stdout_writes):
     # Unbuffered (PYTHONUNBUFFERED), every write is a system call: print() would make two.
-    writes = []
-
-    class CountingStdout:
-        def write(self, text):
-            writes.append(text)
-
-        def flush(self):
-            pass
-
     task = Trainer(0, make_cfg(max_epochs=1, every_val=0, train_ds_params={"n": 160, "bs": 16}))
-    task.setup()
-    monkeypatch.setattr("sys.stdout", CountingStdout())
+    writes = count_stdout_writes()
     task.fit()
     progress = [text for text in writes if " TRAIN epoch 1: " in text]
     assert len(progress) == 10 and all(text.endswith("/10\n") for text in progress)
