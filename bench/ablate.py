@@ -147,13 +147,11 @@ def main():
     if unknown:
         parser.error(f"unknown piece(s) {unknown}; choose from {', '.join(PIECES)}")
     rows = []
-    for piece in args.pieces:
-        # A fresh process per piece, as the benchmarks run every variant.
-        full, without = common.run_child(
-            "bench.ablate", ["--child", piece, "--epochs", str(args.epochs)]
-        )
+    # A fresh process per piece, as the benchmarks run every variant.
+    for piece, (full, without) in common.run_each(
+        "bench.ablate", args.pieces, ["--epochs", str(args.epochs)]
+    ):
         rows.append([piece, *(f"{value * 1e6:.1f}" for value in (full, without, full - without))])
-        print(f"  {piece}: {(full - without) * 1e6:.1f} us/iter")
     headers = ["without", "us/iter, all", "us/iter, without", "cost us/iter"]
     print(common.table(headers, rows))
 

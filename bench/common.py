@@ -135,6 +135,11 @@ def run_child(module, args, timeout=900, env=None):
         return json.loads(out.read_text())
 
 
+def run_each(module, names, args=()):
+    """``[(name, result)]``, each from a fresh ``python -m <module> --child <name> <args>``."""
+    return [(name, run_child(module, ["--child", name, *args])) for name in names]
+
+
 def median(values):
     return statistics.median(values)
 

@@ -73,12 +73,8 @@ def main():
     unknown = sorted(set(args.calls) - set(_calls()))
     if unknown:
         parser.error(f"unknown call(s) {unknown}; choose from {', '.join(_calls())}")
-    rows = []
-    for name in args.calls:
-        in_loop, alone = common.run_child(
-            "bench.in_loop", ["--child", name, "--epochs", str(args.epochs)]
-        )
-        rows.append([name, f"{in_loop:.1f}", f"{alone:.2f}"])
+    results = common.run_each("bench.in_loop", args.calls, ["--epochs", str(args.epochs)])
+    rows = [[name, f"{in_loop:.1f}", f"{alone:.2f}"] for name, (in_loop, alone) in results]
     print(common.table(["call", "us per call, in the loop", "us per call, timeit"], rows))
 
 
