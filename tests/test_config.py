@@ -414,6 +414,15 @@ def test_module_missing_its_entrypoint_lists_what_it_has():
     assert "Found:" in message and "Trainer" in message
 
 
+@pytest.mark.parametrize("path", [".", "/", ".models.mlp", "models/mlp", "a..b", "a.b-c"])
+def test_a_path_that_is_not_dotted_python_is_a_config_error(path):
+    # The fuzz test found these: importlib raised TypeError for '.' and pytest's import hook
+    # ValueError for '/', both tracebacks instead of a config error.
+    message = _dispatch_error(make_config(model_name=path))
+    assert "is not a dotted module path" in message
+    assert "config field 'model_name'" in message
+
+
 def test_falsy_component_fields_are_not_checked():
     check_dispatch(make_config(aug_name=None, lr_scheduler=""))
 

@@ -102,6 +102,12 @@ def import_module_from_path(path, field=None):
         raise ConfigError(f"expected a dotted module path string{_origin(field)}, got {path!r}")
     if not path:
         raise ConfigError(f"empty module path{_origin(field)}")
+    if not all(part.isidentifier() for part in path.split(".")):
+        # importlib would read '.x' as relative and '/' as a file system path.
+        raise ConfigError(
+            f"'{path}'{_origin(field)} is not a dotted module path.\n"
+            f"  Write it as Python imports it, e.g. 'examples.synthetic.models.mlp'."
+        )
     try:
         return importlib.import_module(path)
     except ImportError as error:
