@@ -83,6 +83,10 @@ def base_config() -> config_dict.ConfigDict:
     cfg.save_ckpt = True
     cfg.n_saved = 1
     cfg.resume = False
+    # A fresh run may replace the run already in save_dir only when asked to.
+    cfg.replace_run = False
+    # Fields whose change from the run's recorded config a resume accepts (dotted names).
+    cfg.accept_changes = []
     # A resumable latest_iter checkpoint every N trainer iterations; 0 = only at epoch ends.
     cfg.save_every_iters = 0
     cfg.model_checkpoint_dir = ""
@@ -99,6 +103,8 @@ def base_config() -> config_dict.ConfigDict:
     cfg.nproc_per_node = placeholder(int)
     cfg.master_addr = placeholder(str)
     cfg.master_port = placeholder(int)
+    # Seconds a collective may wait for a peer; unset = torch's default (30 minutes).
+    cfg.dist_timeout = placeholder(int)
     return cfg
 
 

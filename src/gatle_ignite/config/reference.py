@@ -177,6 +177,18 @@ FIELD_DOCS: dict[str, str] = {
         "with the optimizer, schedule, epoch, position in the data and random state. Without "
         "one it warns and starts fresh, so it is safe to leave on."
     ),
+    "replace_run": (
+        "A fresh run (`resume=False`) into a `save_dir` that holds another run's checkpoints is "
+        "refused unless this is True; then that run's checkpoints, `run.json`, `config.json`, "
+        "`metrics.csv` and `tensorboard/` are deleted first. Files the framework did not write "
+        "stay."
+    ),
+    "accept_changes": (
+        "Dotted field names (`optimizer_params.lr`, or a whole `model_params`) whose change from "
+        "the run's recorded config a resume accepts, and makes take effect (a new learning "
+        "rate goes into the optimizer and the schedule). Any other change to what defines the "
+        "run is refused."
+    ),
     "save_every_iters": (
         "Also write a resumable `latest_iter_checkpoint_<iteration>.pt` every N trainer "
         "iterations, mid-epoch; 0 = only at epoch ends. Rotated by `n_saved` like the others."
@@ -236,6 +248,10 @@ FIELD_DOCS: dict[str, str] = {
     "master_port": (
         "Rendezvous port. Unset: `MASTER_PORT`, else a random port in 49152-65535 (one node "
         "only); `nnodes > 1` needs the same port on every node."
+    ),
+    "dist_timeout": (
+        "Seconds a collective waits for a stalled or dead peer before the whole run fails with "
+        "a message naming this timeout; unset = torch's default (30 minutes)."
     ),
 }
 
@@ -301,6 +317,8 @@ FIELD_GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "save_ckpt",
             "n_saved",
             "resume",
+            "replace_run",
+            "accept_changes",
             "save_every_iters",
             "model_checkpoint_dir",
             "strict",
@@ -314,7 +332,15 @@ FIELD_GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ),
     (
         "Distributed",
-        ("dist_backend", "nnodes", "node_rank", "nproc_per_node", "master_addr", "master_port"),
+        (
+            "dist_backend",
+            "nnodes",
+            "node_rank",
+            "nproc_per_node",
+            "master_addr",
+            "master_port",
+            "dist_timeout",
+        ),
     ),
 )
 

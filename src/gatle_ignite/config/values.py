@@ -48,15 +48,16 @@ _RULES = (
         _is_number,
         "a number (1, or -1 for lower-is-better)",
     ),
+    (("dist_timeout",), lambda v: v is None or (_is_int(v) and v >= 1), "None or an int >= 1"),
     # NumPy's seeding range, which setup_seed passes every seed through.
     (("seed",), lambda v: _is_int(v) and 0 <= v < 2**32, "an int in [0, 2**32)"),
     (
-        ("save_ckpt", "resume", "strict", "watch_grad", "cudnn_benchmark"),
+        ("save_ckpt", "resume", "replace_run", "strict", "watch_grad", "cudnn_benchmark"),
         lambda v: isinstance(v, bool),
         "True or False",
     ),
     (
-        ("logger_name", "tags"),
+        ("logger_name", "tags", "accept_changes"),
         lambda v: isinstance(v, (list, tuple)) and all(isinstance(e, str) and e for e in v),
         "a list of non-empty strings",
     ),
