@@ -49,7 +49,9 @@ def test_patience_counts_evaluations_not_epochs(make_cfg):
 def test_no_patience_trains_every_epoch_and_improvement_never_stops(make_cfg):
     assert _final_epoch(_fast(make_cfg, val_metrics=_scripted([0.5]))) == 20
     rising = _scripted([i / 100 for i in range(1, 30)])
-    assert _final_epoch(_fast(make_cfg, early_stop_patience=2, val_metrics=rising)) == 20
+    # A second run into the same save_dir replaces the first one.
+    cfg = _fast(make_cfg, early_stop_patience=2, val_metrics=rising, replace_run=True)
+    assert _final_epoch(cfg) == 20
 
 
 def test_counters_are_checkpointed(make_cfg, tmp_path):
@@ -80,6 +82,7 @@ def test_a_resumed_run_stops_at_the_same_epoch(make_cfg, tmp_path):
         early_stop_patience=3,
         val_metrics=_scripted([0.3]),
         resume=True,
+        accept_changes=["val_metrics"],
         save_dir=str(tmp_path / "b"),
     )
     assert _final_epoch(rest) == 6

@@ -3,7 +3,7 @@
 import numpy as np
 import torch
 
-from gatle_ignite.trainer.unchanged_state import LastWrite, snapshot
+from gatle_ignite.run.unchanged_state import LastWrite, snapshot
 
 
 def _state(big, small, step=3):

@@ -20,7 +20,7 @@ A config-driven training framework for PyTorch, built on PyTorch-Ignite.
 usage forms:
   gatle-ignite init NAME [--dir DIR] [--force]
   gatle-ignite train --config=CFG.py[,CFG2.py...] [--override KEY=VALUE]...
-  gatle-ignite eval --config=CFG.py [--ckpt best|latest] [--override KEY=VALUE]...
+  gatle-ignite eval --config=CFG.py [--ckpt best|latest|PATH] [--override KEY=VALUE]...
   gatle-ignite config --config=CFG.py[,CFG2.py...] [--override KEY=VALUE]...
 """
 
@@ -33,6 +33,14 @@ def _add_config_args(parser: argparse.ArgumentParser, config_help: str) -> None:
         default=[],
         metavar="KEY=VALUE",
         help="set an existing config field (dotted keys reach nested fields); repeatable",
+    )
+
+
+def _checkpoint_choice(value: str) -> str:
+    if value in ("best", "latest") or os.path.exists(value):
+        return value
+    raise argparse.ArgumentTypeError(
+        f"{value!r} is neither 'best', 'latest' nor an existing checkpoint file"
     )
 
 
@@ -57,7 +65,11 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate = commands.add_parser("eval", help="load a checkpoint and evaluate it")
     _add_config_args(evaluate, "one config file")
     evaluate.add_argument(
-        "--ckpt", choices=("best", "latest"), default="best", help="checkpoint to load"
+        "--ckpt",
+        default="best",
+        type=_checkpoint_choice,
+        metavar="best|latest|PATH",
+        help="the best checkpoint, the furthest-trained one, or a checkpoint file",
     )
 
     check = commands.add_parser("config", help="print and check configs without training")

@@ -93,6 +93,8 @@ def base_config() -> config_dict.ConfigDict:
     cfg.strict = True
 
     cfg.logger_name = ["text"]
+    # 0: results and warnings only; 1: progress lines too; 2: ignite's own INFO lines as well.
+    cfg.verbosity = 1
     cfg.log_every = 100
     cfg.watch_grad = False
     cfg.tags = []

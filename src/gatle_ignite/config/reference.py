@@ -219,6 +219,10 @@ FIELD_DOCS: dict[str, str] = {
         "Trainer iterations between learning-rate points (`train/lr_<group>`), and gradient-norm "
         "points with `watch_grad`."
     ),
+    "verbosity": (
+        "What a run prints: 0 the results, warnings and errors; 1 (default) also the progress "
+        "lines; 2 also ignite's own INFO lines (loader settings, the DDP wrap)."
+    ),
     "watch_grad": (
         "Log the global gradient norm (`train/grad_norm`) every `log_every` iterations and "
         "call each backend's `watch(model)` once."
@@ -328,7 +332,15 @@ FIELD_GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ),
     (
         "Logging",
-        ("logger_name", "log_every", "watch_grad", "tags", "wandb_entity", "discord_url"),
+        (
+            "logger_name",
+            "log_every",
+            "verbosity",
+            "watch_grad",
+            "tags",
+            "wandb_entity",
+            "discord_url",
+        ),
     ),
     (
         "Distributed",

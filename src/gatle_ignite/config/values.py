@@ -49,6 +49,7 @@ _RULES = (
         "a number (1, or -1 for lower-is-better)",
     ),
     (("dist_timeout",), lambda v: v is None or (_is_int(v) and v >= 1), "None or an int >= 1"),
+    (("verbosity",), lambda v: _is_int(v) and 0 <= v <= 2, "0, 1 or 2"),
     # NumPy's seeding range, which setup_seed passes every seed through.
     (("seed",), lambda v: _is_int(v) and 0 <= v < 2**32, "an int in [0, 2**32)"),
     (

@@ -102,6 +102,16 @@ class EarlyStop:
         elif counter > before:
             print(f"[early-stop] {name}: {counter}/{self.patience} evaluations with no improvement")
 
+    @property
+    def stopped(self) -> bool:
+        """Whether it has run out of patience, so the run ended here."""
+        return self._inner.counter >= self.patience
+
+    def reason(self) -> str:
+        return (
+            f"no improvement of {self.spec.engine_type} score for {self._inner.counter} evaluations"
+        )
+
     def state_dict(self) -> dict:
         return dict(self._inner.state_dict())
 

@@ -20,6 +20,7 @@ from gatle_ignite.data.helpers import ExactDistributedSampler, get_aug, get_data
 from gatle_ignite.dispatch import ConfigError, call_with_params, import_entrypoint
 from gatle_ignite.enhancements.compile import check_build_model_override, compile_built_model
 from gatle_ignite.enhancements.early_stop import build_early_stoppers
+from gatle_ignite.run.directory import RunDirectory
 from gatle_ignite.schedulers import attach_scheduler, prep_scheduler
 from gatle_ignite.trainer.checkpointing import (
     attach_checkpoints,
@@ -36,7 +37,7 @@ from gatle_ignite.trainer.preemption import (
 )
 from gatle_ignite.trainer.specs import EVAL_SPECS, TRAIN_SPEC
 from gatle_ignite.utils.amp import autocast_device_type, resolve_amp_dtype
-from gatle_ignite.utils.dist import rank_zero_print
+from gatle_ignite.utils.dist import quiet_ignite_loggers, rank_zero_print
 from gatle_ignite.utils.seed import setup_seed
 
 try:
@@ -77,6 +78,8 @@ class _TerminateOnNan(TerminateOnNan):
     nested structure) goes through ignite's own check.
     """
 
+    stopped = False
+
     def __call__(self, engine):
         output = self._output_transform(engine.state.output)
         checked = None
@@ -88,11 +91,13 @@ class _TerminateOnNan(TerminateOnNan):
                 value = value.item()
             elif not isinstance(value, numbers.Number):
                 super().__call__(engine)
+                self.stopped = bool(engine.should_terminate)
                 return
             if not math.isfinite(value):
                 self.logger.warning(
                     f"TerminateOnNan: Output '{output}' contains NaN or Inf. Stop training"
                 )
+                self.stopped = True
                 engine.terminate()
                 return
 
@@ -218,6 +223,7 @@ class BaseTrainer:
         self.local_rank = local_rank
         self.cfg = cfg
         validate_config(cfg, specs=self.eval_specs())
+        quiet_ignite_loggers(cfg.get("verbosity", 1))
         setup_seed(cfg.seed, cudnn_benchmark=cfg.cudnn_benchmark)
         self.dtype, self.autocast_enabled = resolve_amp_dtype(cfg.amp_dtype)
         self.device_type = autocast_device_type()
@@ -252,6 +258,9 @@ class BaseTrainer:
         self._diverged = False
         # checkpoint key -> EarlyStop; setup() fills it before anything is checkpointed.
         self._early_stoppers = {}
+        # The non-finite loss check attach_runner() adds, and the run directory fit() opens.
+        self._nan_check = None
+        self.run_dir = None
         self._built = False
 
     # ---- Hooks: what a task writes ----
@@ -477,20 +486,55 @@ class BaseTrainer:
         return self
 
     def fit(self):
-        """Train: set up, load what the config asks (weights, resume), run, tear down."""
+        """Train: open the run directory, set up, load (weights, resume), run, tear down."""
+        self.run_dir = RunDirectory(self.cfg)
+        plan = self.run_dir.open()
+        if plan.action == "nothing":
+            rank_zero_print(plan.message)
+            return self
         try:
             data = self._prepare_fit()
             with preemption_signals(on_request=self._watch_for_preemption):
                 self.engines["trainer"].run(
                     data, max_epochs=self.cfg.max_epochs, epoch_length=self.cfg.train_length
                 )
-        except BaseException:
+        except BaseException as error:
             # Mark the run failed (a crash in setup too, once backends exist), or the loggers
             # record it as a clean finish.
-            self.teardown(failed=True)
+            try:
+                self.teardown(failed=True)
+            finally:
+                self.run_dir.close(*self._interrupted_state(error), trainer=self._trainer())
             raise
-        self.teardown()
+        try:
+            self.teardown()
+        finally:
+            self.run_dir.close(*self._end_state(), trainer=self._trainer())
         return self
+
+    def _trainer(self):
+        return self.engines.get("trainer")
+
+    @staticmethod
+    def _interrupted_state(error) -> tuple:
+        first_line = next(iter(str(error).splitlines()), "")
+        if isinstance(error, Preempted):
+            return "preempted", first_line
+        return "failed", f"{type(error).__name__}: {first_line}"
+
+    def _end_state(self) -> tuple:
+        """How a run that returned ended: (state, reason) for the run's manifest."""
+        trainer = self.engines["trainer"]
+        if self._nan_check is not None and self._nan_check.stopped:
+            return "diverged", f"non-finite loss at iteration {trainer.state.iteration}"
+        if self._diverged:
+            return "diverged", f"non-finite score at epoch {trainer.state.epoch}"
+        for stopper in self._early_stoppers.values():
+            if stopper.stopped:
+                return "early-stopped", stopper.reason()
+        if trainer.state.epoch < self.cfg.max_epochs:
+            return "completed", f"terminated at epoch {trainer.state.epoch}"
+        return "completed", ""
 
     def _prepare_fit(self):
         """Build, load, and attach every handler of a training run; returns the data to run."""
@@ -734,6 +778,8 @@ class BaseTrainer:
         scheduler, engine_name, event_name = prep_scheduler(
             self.cfg.lr_scheduler, self.cfg, self.dls["train"], self.optimizer, self.engines
         )
+        # Where it is driven from, so a resume with an accepted change can replay it.
+        self._scheduler_event = (engine_name, event_name)
         self.scheduler = attach_scheduler(scheduler, engine_name, event_name, self.engines)
         return self.scheduler
 
@@ -778,9 +824,8 @@ class BaseTrainer:
         trainer = self.engines["trainer"]
         # Stop at the first non-finite loss: the weights cannot recover from it.
         losses = _step_losses if self._world_size == 1 else _losses_on_every_rank
-        trainer.add_event_handler(
-            Events.ITERATION_COMPLETED, _TerminateOnNan(output_transform=losses)
-        )
+        self._nan_check = _TerminateOnNan(output_transform=losses)
+        trainer.add_event_handler(Events.ITERATION_COMPLETED, self._nan_check)
         if self.logger is not None:
             self.logger.on_train_epoch_end(trainer, self.optimizer)
             self.logger.on_train_iteration(trainer, self.model)

@@ -1,26 +1,25 @@
-"""Checkpoints: what is saved, when latest and best files are written, and how runs resume."""
+"""What a trainer checkpoints and when: the objects saved, the latest and best handlers, resume.
+
+Where the files go, how they are named, indexed, written and read is the run directory's
+business (``gatle_ignite.run``); this module only hands it the trainer's objects.
+"""
 
 import math
 import warnings
 from pathlib import Path
 
 import ignite.distributed as idist
-from ignite.handlers import Checkpoint, DiskSaver, global_step_from_engine
+from ignite.handlers import Checkpoint, global_step_from_engine
 
 from gatle_ignite.dispatch import ConfigError
-from gatle_ignite.trainer.exact_resume import ResumableLoader, ResumeState
-from gatle_ignite.trainer.unchanged_state import LastWrite, snapshot
+from gatle_ignite.run.directory import eval_checkpoint, latest_checkpoint
+from gatle_ignite.run.exact_resume import ResumableLoader, ResumeState
+from gatle_ignite.run.layout import LATEST_ITER_PREFIX, LATEST_PREFIX, best_prefix_for
+from gatle_ignite.run.loading import RunMeta, load_weights
+from gatle_ignite.run.saving import RunSaver
+from gatle_ignite.run.unchanged_state import LastWrite
+from gatle_ignite.trainer.accepted_changes import apply_accepted_changes, fresh_settings
 from gatle_ignite.utils.batch import get_value
-from gatle_ignite.utils.checkpoints import (
-    LATEST_ITER_PREFIX,
-    LATEST_PREFIX,
-    RunMeta,
-    best_prefix_for,
-    find_resume_checkpoints,
-    load_checkpoint_file,
-    load_weights,
-    resolve_eval_checkpoint,
-)
 from gatle_ignite.utils.dist import rank_zero_print
 
 __all__ = [
@@ -84,40 +83,42 @@ def score_function(score_name, score_factor=1):
     return score
 
 
-class _KeepUntilReplaced(DiskSaver):
-    """A DiskSaver that deletes a rotated-out file only once its replacement is on disk, and
-    links a checkpoint to the run's last file instead of writing it when their state is the same.
+class _Handlers:
+    """Builds the run's Checkpoint handlers, each continuing its kind's rotation on resume."""
 
-    ignite removes the old file before writing the new one, so a process killed in between
-    would leave no checkpoint of that kind at all. The link spares an improving epoch its second
-    full write (best, then latest) and the disk its second copy.
-    """
+    def __init__(self, trainer, to_save):
+        self.trainer = trainer
+        self.to_save = to_save
+        # Shared by every saver, so a latest file can link to the best file just written.
+        self.last_write = LastWrite()
+        self.run_dir = getattr(trainer, "run_dir", None)
 
-    def __init__(self, dirname, last_write: LastWrite):
-        super().__init__(dirname=dirname, require_empty=False)
-        self._rotated_out = []
-        self._last_write = last_write
+    def build(self, prefix: str, kind: str, engine: str = "", **options) -> Checkpoint:
+        saver = RunSaver(self.trainer.cfg.save_dir, self.last_write, self._record)
+        handler = Checkpoint(
+            self.to_save, saver, n_saved=self.trainer.cfg.n_saved, filename_prefix=prefix, **options
+        )
+        self._continue_rotation(handler, saver, kind, engine)
+        return handler
 
-    def remove(self, filename: str) -> None:
-        self._rotated_out.append(filename)
+    def _record(self, filename, metadata, removed) -> None:
+        if self.run_dir is not None:
+            self.run_dir.record_saved(filename, metadata, removed, self.trainer.engines["trainer"])
 
-    def __call__(self, checkpoint, filename, metadata=None) -> None:
-        if idist.has_xla_support or idist.get_rank() != self.save_on_rank:
-            super().__call__(checkpoint, filename, metadata)
-        else:
-            path = Path(self.dirname) / filename
-            state = snapshot(checkpoint)
-            if not self._last_write.link_if_same(state, path):
-                super().__call__(checkpoint, filename, metadata)
-            self._last_write.remember(path, state)
-        rotated_out, self._rotated_out = self._rotated_out, []
-        for name in rotated_out:
-            if name != filename:
-                super().remove(name)
+    def _continue_rotation(self, handler, saver, kind, engine) -> None:
+        """Hand the handler the files of its kind an earlier process of this run wrote.
 
-
-def _saver(cfg, last_write: LastWrite):
-    return _KeepUntilReplaced(cfg.save_dir, last_write)
+        Beyond ``n_saved`` (it was lowered), the lowest are removed after the next write.
+        """
+        if self.run_dir is None or idist.get_rank() != 0:
+            return
+        key = {LATEST_PREFIX: "epoch", LATEST_ITER_PREFIX: "iteration", "best": "score"}[kind]
+        entries = [e for e in self.run_dir.entries(kind, engine) if getattr(e, key) is not None]
+        items = sorted((getattr(e, key), e.file) for e in entries)
+        keep = len(items) if handler.n_saved is None else handler.n_saved
+        for _priority, filename in items[: max(len(items) - keep, 0)]:
+            saver.remove(filename)
+        handler.load_state_dict({"_saved": items[len(items) - min(keep, len(items)) :]})
 
 
 def attach_checkpoints(trainer) -> None:
@@ -131,9 +132,7 @@ def attach_checkpoints(trainer) -> None:
         return
     if cfg.save_ckpt:
         trainer._resumable = ResumableLoader(lambda: trainer.dls["train"])
-    to_save = _to_save(trainer) if cfg.save_ckpt else None
-    # Shared by every saver of the run, so a latest file can link to the best file just written.
-    last_write = LastWrite()
+    handlers = _Handlers(trainer, _to_save(trainer)) if cfg.save_ckpt else None
     for spec in trainer.eval_specs():
         if spec.score_field is None:
             continue
@@ -142,41 +141,34 @@ def attach_checkpoints(trainer) -> None:
             spec,
             score_name=cfg.get(spec.score_field, None),
             score_factor=cfg.get(spec.score_factor_field, 1),
-            prefix=spec.ckpt_prefix,
-            to_save=to_save,
-            last_write=last_write,
+            handlers=handlers,
         )
-    if to_save is not None:
-        trainer_engine = trainer.engines["trainer"]
-        trainer._latest = Checkpoint(
-            to_save,
-            _saver(cfg, last_write),
-            n_saved=cfg.n_saved,
-            global_step_transform=global_step_from_engine(trainer_engine),
-            filename_prefix=LATEST_PREFIX,
-        )
-        # Mid-epoch checkpoints (save_every_iters, preemption), named by the trainer iteration.
-        trainer._latest_iter = Checkpoint(
-            to_save,
-            _saver(cfg, last_write),
-            n_saved=cfg.n_saved,
-            global_step_transform=lambda _engine, _event: trainer_engine.state.iteration,
-            filename_prefix=LATEST_ITER_PREFIX,
-        )
+    if handlers is None:
+        return
+    trainer_engine = trainer.engines["trainer"]
+    trainer._latest = handlers.build(
+        LATEST_PREFIX,
+        LATEST_PREFIX,
+        global_step_transform=global_step_from_engine(trainer_engine),
+    )
+    # Mid-epoch checkpoints (save_every_iters, preemption), named by the trainer iteration.
+    trainer._latest_iter = handlers.build(
+        LATEST_ITER_PREFIX,
+        LATEST_ITER_PREFIX,
+        global_step_transform=lambda _engine, _event: trainer_engine.state.iteration,
+    )
 
 
-def _attach_best(trainer, spec, score_name, score_factor, prefix, to_save, last_write) -> None:
+def _attach_best(trainer, spec, score_name, score_factor, handlers) -> None:
     if trainer.engines.get(spec.key) is None or not score_name:
         return
-    cfg = trainer.cfg
     trainer_engine = trainer.engines["trainer"]
     best = None
-    if to_save is not None:
-        best = Checkpoint(
-            to_save,
-            _saver(cfg, last_write),
-            n_saved=cfg.n_saved,
-            filename_prefix=best_prefix_for(prefix),
+    if handlers is not None:
+        best = handlers.build(
+            best_prefix_for(spec.ckpt_prefix),
+            "best",
+            engine=spec.engine_type,
             score_function=score_function(score_name, score_factor),
             score_name=None,
             global_step_transform=global_step_from_engine(trainer_engine),
@@ -220,53 +212,66 @@ def load_checkpoints(trainer) -> bool:
         load_weights(cfg.model_checkpoint_dir, trainer.model, strict=cfg.strict)
         loaded = True
     if cfg.resume:
-        loaded = _resume_from_newest(trainer) or loaded
+        loaded = _resume(trainer) or loaded
     return loaded
 
 
-def _resume_from_newest(trainer) -> bool:
-    """Resume from the newest checkpoint that loads; one that does not is skipped, loudly."""
-    save_dir = trainer.cfg.save_dir
-    candidates = find_resume_checkpoints(save_dir)
-    for path in candidates:
-        try:
-            state = load_checkpoint_file(path)
-        except (RuntimeError, EOFError, OSError) as error:
-            warnings.warn(
-                f"skipping {path}, which does not load ({error}); trying an older checkpoint.",
-                stacklevel=3,
-            )
-            continue
-        rank_zero_print(f"RESUMING FROM: {path}")
-        _resume_from(trainer, state)
-        return True
-    what = "loadable " if candidates else ""
-    warnings.warn(
-        f"resume=True but {save_dir} has no {what}{LATEST_PREFIX}* or {LATEST_ITER_PREFIX}* "
-        f"checkpoint, so the run starts from scratch.",
-        stacklevel=3,
-    )
-    return False
+def _resume(trainer) -> bool:
+    """Resume from the checkpoint the run directory chose (the furthest-trained that loads)."""
+    run_dir = getattr(trainer, "run_dir", None)
+    if run_dir is not None:
+        chosen = run_dir.resume_checkpoint()
+        accepted = run_dir.plan.accepted
+    else:
+        # Called outside fit() (a script): the same choice, read-only.
+        chosen, accepted = latest_checkpoint(trainer.cfg.save_dir), []
+    if chosen is None:
+        return False
+    path, state = chosen
+    rank_zero_print(f"RESUMING FROM: {path}")
+    _resume_from(trainer, state, accepted)
+    return True
 
 
-def _resume_from(trainer, state) -> None:
+def _resume_from(trainer, state, accepted=()) -> None:
     objects = _to_save(trainer)
     missing = sorted(key for key in objects if key not in state)
     if missing:
         warnings.warn(f"checkpoint has no state for {missing}; resuming without it.", stacklevel=3)
     present = {key: obj for key, obj in objects.items() if key in state}
     _warn_if_epoch_length_changed(trainer, state.get("trainer", {}))
-    Checkpoint.load_objects(to_load=present, checkpoint=state)
-    restored = objects["run_meta"].restored_max_epochs
+    fresh = fresh_settings(trainer, present) if accepted else None
+    for key in fresh["replayed"] if fresh else ():
+        present.pop(key)
+    try:
+        Checkpoint.load_objects(to_load=present, checkpoint=state)
+    except (RuntimeError, ValueError, KeyError, TypeError) as error:
+        if not accepted:
+            raise
+        first = str(error).splitlines()[0]
+        raise ConfigError(
+            f"the checkpoint does not fit the trainer built from the changed config "
+            f"(accepted: {', '.join(accepted)}): {first}\n"
+            f"  A change of shape (the model, the optimizer's parameter groups) cannot be "
+            f"resumed; start a new run from its weights with model_checkpoint_dir instead."
+        ) from error
+    if fresh is not None:
+        apply_accepted_changes(trainer, fresh, accepted)
+    _warn_if_schedule_is_stale(trainer, objects["run_meta"].restored_max_epochs, accepted)
+
+
+def _warn_if_schedule_is_stale(trainer, restored, accepted) -> None:
     max_epochs = trainer.cfg.max_epochs
-    if trainer.scheduler is not None and restored is not None and restored != max_epochs:
-        warnings.warn(
-            f"resuming a run made for max_epochs={restored} with max_epochs={max_epochs}: the "
-            f"learning rate still follows the old {restored}-epoch schedule.\n"
-            f"  Keep max_epochs={restored}, or start fresh from the weights with resume=False and "
-            f"model_checkpoint_dir=<a latest_epoch checkpoint> and the new max_epochs.",
-            stacklevel=3,
-        )
+    if trainer.scheduler is None or restored is None or restored == max_epochs or accepted:
+        return
+    warnings.warn(
+        f"resuming a run made for max_epochs={restored} with max_epochs={max_epochs}: the "
+        f"learning rate still follows the old {restored}-epoch schedule.\n"
+        f"  Keep max_epochs={restored}, or fit the schedule to the new length with "
+        f"--override \"accept_changes=['max_epochs']\", or start fresh from the weights with "
+        f"resume=False and model_checkpoint_dir=<a latest_epoch checkpoint>.",
+        stacklevel=4,
+    )
 
 
 def _warn_if_epoch_length_changed(trainer, engine_state) -> None:
@@ -289,14 +294,14 @@ def load_eval_checkpoint(trainer):
     """Load the weights (and extra state) that ``gatle-ignite eval`` evaluates."""
     cfg = trainer.cfg
     which = cfg.get("load_from_ckpt", "best")
-    ckpt = resolve_eval_checkpoint(cfg.save_dir, which, prefix="valid_")
-    if ckpt is None:
+    chosen = eval_checkpoint(cfg.save_dir, which, prefix="valid_")
+    if chosen is None:
         raise ConfigError(
             f"no {which!r} checkpoint found in {cfg.save_dir}\n"
             f"  Train first, or point save_dir at a run directory."
         )
+    ckpt, state = chosen
     rank_zero_print(f"LOADING CHECKPOINT: {ckpt}")
-    state = load_checkpoint_file(ckpt)
     Checkpoint.load_objects(to_load={"model": trainer.model}, checkpoint=state, strict=cfg.strict)
     for key, obj in trainer.extra_to_save().items():
         if key in state:

@@ -1,10 +1,29 @@
 """Rank-aware output: framework lines are printed once per run, by rank 0."""
 
-import ignite.distributed as idist
+import logging
 
-__all__ = ["rank_zero_print"]
+import ignite.distributed as idist
+from ignite.utils import setup_logger
+
+__all__ = ["quiet_ignite_loggers", "rank_zero_print"]
+
+# ignite's own INFO lines (the loader kwargs, the DDP wrap, the process group): each is made
+# by setup_logger, which keeps the level of a logger that already exists.
+_IGNITE_LOGGERS = (
+    "ignite.distributed.auto.auto_dataloader",
+    "ignite.distributed.auto.auto_model",
+    "ignite.distributed.launcher.Parallel",
+    "ignite.distributed.utils",
+)
 
 
 def rank_zero_print(*args, **kwargs) -> None:
     if idist.get_rank() == 0:
         print(*args, **kwargs)
+
+
+def quiet_ignite_loggers(verbosity: int) -> None:
+    """ignite's INFO lines only at ``verbosity`` 2; warnings always."""
+    level = logging.INFO if verbosity >= 2 else logging.WARNING
+    for name in _IGNITE_LOGGERS:
+        setup_logger(name, level=level, distributed_rank=0).setLevel(level)

@@ -14,6 +14,8 @@ from typing import Optional
 
 import torch
 
+from gatle_ignite.run.layout import staging_path
+
 __all__ = ["LastWrite", "snapshot"]
 
 # A tensor built afresh for the checkpoint is compared by value up to this size.
@@ -122,7 +124,7 @@ class LastWrite:
         if state is None or last is None or last == path or state != self._snapshot:
             return False
         # A fresh name: os.link refuses to overwrite, so no other file can be clobbered.
-        staging = path.parent / f".link-{uuid.uuid4().hex}.tmp"
+        staging = staging_path(path, uuid.uuid4().hex[:8])
         try:
             os.link(last, staging)
         except OSError:

@@ -1,0 +1,418 @@
+"""The ``save_dir`` as one run: opened before anything is built, closed with the run's state.
+
+Opening decides what this process may do with the directory, before it writes a byte: start a
+fresh run, resume the run it holds, or nothing at all (that run is finished). Rank 0 decides,
+under the directory's lock, and every rank learns the decision, so all of them raise the same
+config error or go on together.
+"""
+
+import json
+import math
+import shutil
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+import ignite.distributed as idist
+import torch
+
+from gatle_ignite.callbacks.run_record import config_payload
+from gatle_ignite.config.base import base_config
+from gatle_ignite.dispatch import ConfigError
+from gatle_ignite.run import identity
+from gatle_ignite.run.layout import (
+    CONFIG_FILE,
+    LATEST_ITER_PREFIX,
+    LATEST_PREFIX,
+    MANIFEST_FILE,
+    OWNED_LOGS,
+    checkpoint_files,
+    is_staging,
+    parse_checkpoint_name,
+)
+from gatle_ignite.run.loading import UnreadableCheckpoint, load_checkpoint_file, read_progress
+from gatle_ignite.run.lock import RunLock
+from gatle_ignite.run.manifest import Entry, Manifest
+from gatle_ignite.utils.dist import rank_zero_print
+
+__all__ = [
+    "Plan",
+    "RunDirectory",
+    "entry_for",
+    "eval_checkpoint",
+    "first_loadable",
+    "indexed_view",
+    "latest_checkpoint",
+]
+
+
+@dataclass
+class Plan:
+    """What opening decided; the same on every rank."""
+
+    action: str  # "fresh", "resume" or "nothing"
+    message: str = ""
+    checkpoint: Optional[str] = None
+    accepted: list = field(default_factory=list)
+    error: Optional[str] = None
+
+
+def entry_for(path: Path, progress: Optional[tuple] = None) -> Entry:
+    """An index entry for a checkpoint on disk, from its name and, when given, its progress."""
+    name = parse_checkpoint_name(path.name)
+    epoch, iteration = progress if progress is not None else (name.epoch, name.iteration)
+    return Entry(
+        file=path.name,
+        kind=name.kind,
+        epoch=epoch if epoch is not None else name.epoch,
+        iteration=iteration if iteration is not None else name.iteration,
+        engine=name.engine,
+        score=name.score,
+    )
+
+
+def _adopted(path: Path) -> Entry:
+    """The entry of a file the index does not know (an older run, or an interrupted update)."""
+    try:
+        return entry_for(path, read_progress(path))
+    except (UnreadableCheckpoint, ConfigError):
+        return entry_for(path)
+
+
+def indexed_view(save_dir, manifest: Optional[Manifest]) -> list:
+    """The index as the files on disk have it: missing files dropped, unknown ones added."""
+    on_disk = {p.name: p for p in checkpoint_files(save_dir)}
+    known = [e for e in (manifest.checkpoints if manifest else []) if e.file in on_disk]
+    indexed = {e.file for e in known}
+    return known + [_adopted(p) for name, p in on_disk.items() if name not in indexed]
+
+
+def first_loadable(save_dir, entries, map_location="cpu"):
+    """``(entry, state)`` of the first entry whose file loads; damaged ones are skipped, loudly."""
+    for entry in entries:
+        path = Path(save_dir) / entry.file
+        try:
+            return entry, load_checkpoint_file(path, map_location=map_location)
+        except UnreadableCheckpoint as error:
+            warnings.warn(
+                f"skipping {path}, which does not load ({error.reason}); trying the next "
+                f"checkpoint.",
+                stacklevel=3,
+            )
+    return None, None
+
+
+def latest_checkpoint(save_dir):
+    """``(path, state)`` of the furthest-trained resumable checkpoint that loads, or None."""
+    entries = indexed_view(save_dir, _read_manifest(save_dir))
+    resumable = sorted((e for e in entries if e.resumable), key=Entry.progress_key, reverse=True)
+    return _loaded(save_dir, resumable)
+
+
+def eval_checkpoint(save_dir, which: str, prefix: str = "valid_"):
+    """``(path, state)`` of what ``gatle-ignite eval --ckpt <which>`` loads, or None.
+
+    ``best``: the highest-scoring ``<prefix>best_result*`` file that loads; ``latest``: the
+    furthest-trained resumable one; anything else is a path, which must load.
+    """
+    if which == "latest":
+        return latest_checkpoint(save_dir)
+    if which != "best":
+        path = Path(which)
+        if not path.exists():
+            raise ConfigError(
+                f"--ckpt {which!r} is neither 'best', 'latest' nor an existing checkpoint file."
+            )
+        return path, _load_named(path)
+    engine = prefix[:-1] if prefix.endswith("_") else prefix
+    entries = indexed_view(save_dir, _read_manifest(save_dir))
+    bests = [e for e in entries if e.kind == "best" and e.engine == engine]
+    bests.sort(key=lambda e: (e.score if e.score is not None else -math.inf, e.progress_key()))
+    return _loaded(save_dir, reversed(bests))
+
+
+def _loaded(save_dir, entries):
+    entry, state = first_loadable(save_dir, entries)
+    return None if entry is None else (Path(save_dir) / entry.file, state)
+
+
+def _load_named(path: Path):
+    try:
+        return load_checkpoint_file(path)
+    except UnreadableCheckpoint as error:
+        raise ConfigError(
+            f"cannot load {path}: {error.reason}.\n"
+            f"  Point --ckpt at another file, or use --ckpt best / latest, which skip damaged "
+            f"files."
+        ) from error
+
+
+def _read_manifest(save_dir) -> Optional[Manifest]:
+    try:
+        return Manifest.read(save_dir)
+    except (ValueError, TypeError) as error:
+        warnings.warn(
+            f"{Path(save_dir) / MANIFEST_FILE} cannot be read ({error}); rebuilding the run's "
+            f"index from the checkpoint files.",
+            stacklevel=3,
+        )
+        return None
+
+
+class RunDirectory:
+    """One run's ``save_dir``: its lock, its manifest, and what this process may do with it."""
+
+    def __init__(self, cfg):
+        self.cfg = cfg
+        self.path = Path(cfg.save_dir)
+        self.lock = RunLock(self.path)
+        self.manifest: Optional[Manifest] = None
+        self.plan: Optional[Plan] = None
+        # Rank 0 keeps the resume checkpoint it loaded while deciding, to load it only once.
+        self._loaded = None
+
+    # ---- opening: every rank calls it, rank 0 decides ----
+
+    def open(self) -> Plan:
+        plan = None
+        if idist.get_rank() == 0:
+            try:
+                plan = self._decide()
+            except ConfigError as error:
+                self.lock.release()
+                plan = Plan("refused", error=str(error))
+        if idist.get_world_size() > 1:
+            shared = [plan]
+            torch.distributed.broadcast_object_list(shared, src=0)
+            plan = shared[0]
+        if plan.error is not None:
+            raise ConfigError(plan.error)
+        self.plan = plan
+        return plan
+
+    def _decide(self) -> Plan:
+        self.lock.acquire()
+        self._remove_interrupted_writes()
+        found = _read_manifest(self.path)
+        entries = indexed_view(self.path, found)
+        payload = config_payload(self.cfg)
+        if not self.cfg.resume:
+            if entries:
+                self._replace_or_refuse(found, entries)
+            return self._start(payload)
+        manifest = self._adopt(found, entries, payload)
+        if not any(e.resumable for e in entries):
+            if entries:
+                self._replace_or_refuse(manifest, entries)
+            warnings.warn(
+                f"resume=True but {self.path} has no {LATEST_PREFIX}* or {LATEST_ITER_PREFIX}* "
+                f"checkpoint, so the run starts from scratch.",
+                stacklevel=4,
+            )
+            return self._start(payload)
+        return self._resume(manifest, payload)
+
+    def _remove_interrupted_writes(self) -> None:
+        if not self.path.is_dir():
+            return
+        for leftover in self.path.iterdir():
+            if is_staging(leftover.name):
+                _delete(leftover)
+
+    def _replace_or_refuse(self, manifest: Optional[Manifest], entries: list) -> None:
+        found = manifest.describe() if manifest else f"{len(entries)} checkpoint(s) of a run"
+        if not self.cfg.get("replace_run", False):
+            raise ConfigError(
+                f"save_dir {self.path} already holds {found}, and this is a fresh run "
+                f"(resume=False).\n"
+                f"  Continue that run with --override resume=True, or replace it (deleting its "
+                f"checkpoints) with --override replace_run=True, or give this run another "
+                f"save_dir."
+            )
+        doomed = [self.path / e.file for e in entries]
+        doomed += [self.path / name for name in (MANIFEST_FILE, CONFIG_FILE, *OWNED_LOGS)]
+        for path in doomed:
+            _delete(path)
+        rank_zero_print(f"REPLACED {found} in {self.path}: deleted {len(entries)} checkpoint(s).")
+
+    def _start(self, payload: dict) -> Plan:
+        self.manifest = Manifest.new(self.cfg.name, payload, identity.fingerprint(payload))
+        self.manifest.max_epochs = self.cfg.max_epochs
+        self._begin()
+        return Plan("fresh")
+
+    def _begin(self) -> None:
+        self.manifest.state = "running"
+        self.manifest.stop_reason = ""
+        self.path.mkdir(parents=True, exist_ok=True)
+        self.manifest.write(self.path)
+        self.lock.note_holder()
+
+    def _adopt(self, found: Optional[Manifest], entries: list, payload: dict) -> Manifest:
+        """The run's manifest, made from its files when it has none (a 0.4 run directory)."""
+        if found is None:
+            recorded = _recorded_config(self.path)
+            if recorded is None:
+                warnings.warn(
+                    f"{self.path} has no record of the config its run was started with, so "
+                    f"this resume cannot check what changed.",
+                    stacklevel=5,
+                )
+            config = recorded if recorded is not None else payload
+            found = Manifest.new(self.cfg.name, config, identity.fingerprint(config))
+        found.checkpoints = entries
+        return found
+
+    def _resume(self, manifest: Manifest, payload: dict) -> Plan:
+        accepted = self._check_changes(manifest, payload)
+        entry, state = first_loadable(self.path, manifest.resumable_newest_first())
+        if entry is None:
+            raise ConfigError(
+                f"resume=True but no checkpoint in {self.path} can be loaded (see the warnings "
+                f"above).\n"
+                f"  Replace the run with --override resume=False --override replace_run=True, "
+                f"or restore a checkpoint file."
+            )
+        engine = state.get("trainer", {}) if isinstance(state, dict) else {}
+        length = engine.get("epoch_length") or manifest.epoch_length
+        iteration = engine.get("iteration", entry.iteration) or 0
+        self._check_max_epochs(iteration, length)
+        finished = self._finished(manifest, payload, iteration, length)
+        if finished:
+            self.lock.release()
+            return Plan("nothing", message=finished)
+        if accepted:
+            manifest.accepted_changes.append({"iteration": iteration, "changes": accepted})
+            manifest.config = payload
+            manifest.config_fingerprint = identity.fingerprint(payload)
+        manifest.name = self.cfg.name
+        manifest.max_epochs = self.cfg.max_epochs
+        self.manifest = manifest
+        self._begin()
+        self._loaded = (str(self.path / entry.file), state)
+        return Plan("resume", checkpoint=str(self.path / entry.file), accepted=sorted(accepted))
+
+    def _check_changes(self, manifest: Manifest, payload: dict) -> dict:
+        """The accepted changes, ``{field: [old, new]}``; any other change is refused."""
+        changes = identity.config_changes(manifest.config, payload, config_payload(base_config()))
+        accept = list(self.cfg.get("accept_changes", []) or [])
+        if "max_epochs" in accept and manifest.max_epochs not in (None, self.cfg.max_epochs):
+            # Operational, but naming it refits the schedule to the new length.
+            changes.append(("max_epochs", manifest.max_epochs, self.cfg.max_epochs))
+        refused = [c for c in changes if not identity.accepted(c[0], accept)]
+        if refused:
+            listed = "\n".join(f"    {name}: {old!r} -> {new!r}" for name, old, new in refused)
+            names = ", ".join(repr(name) for name, _old, _new in refused)
+            raise ConfigError(
+                f"resume=True, but the config changes what {manifest.describe()} is:\n{listed}\n"
+                f"  Put the old values back to resume it, or accept the change with "
+                f'--override "accept_changes=[{names}]" (it then takes effect from the '
+                f"checkpoint on), or start a new run in another save_dir."
+            )
+        return {name: [old, new] for name, old, new in changes}
+
+    def _check_max_epochs(self, iteration: int, length: Optional[int]) -> None:
+        if not length:
+            return
+        reached = math.ceil(iteration / length)
+        if self.cfg.max_epochs < reached:
+            raise ConfigError(
+                f"max_epochs={self.cfg.max_epochs}, but the run in {self.path} already trained "
+                f"into epoch {reached} (iteration {iteration}).\n"
+                f"  Resume with max_epochs >= {reached}, or start a new run from its weights "
+                f"in another save_dir with model_checkpoint_dir=<one of its checkpoints>."
+            )
+
+    def _finished(self, manifest, payload, iteration, length) -> Optional[str]:
+        """Why there is nothing to train, or None when the resume has work to do."""
+        if not length or iteration % length:
+            return None
+        epochs = iteration // length
+        best = _best_line(manifest)
+        if epochs >= self.cfg.max_epochs:
+            return (
+                f"NOTHING TO DO: the run in {self.path} has trained all {epochs} of its "
+                f"max_epochs.{best}\n  Raise max_epochs to train it further."
+            )
+        if manifest.state == "early-stopped" and not _patience_changed(manifest.config, payload):
+            return (
+                f"NOTHING TO DO: the run in {self.path} stopped early at epoch {epochs} "
+                f"({manifest.stop_reason}).{best}\n"
+                f"  Raise early_stop_patience (or set it to 0) to train it further."
+            )
+        return None
+
+    # ---- the resumed checkpoint ----
+
+    def resume_checkpoint(self):
+        """``(path, state)`` of the checkpoint this run resumes from; None for a fresh run."""
+        if self.plan is None or self.plan.action != "resume":
+            return None
+        if self._loaded is not None:
+            loaded, self._loaded = self._loaded, None
+            return loaded
+        return self.plan.checkpoint, load_checkpoint_file(self.plan.checkpoint)
+
+    # ---- while training: the index (rank 0) ----
+
+    def record_saved(self, filename: str, metadata: dict, removed: list, trainer) -> None:
+        state = trainer.state
+        entry = entry_for(self.path / filename, (state.epoch, state.iteration))
+        if entry.kind == "best" and "priority" in metadata:
+            entry.score = float(metadata["priority"])
+        self.manifest.record(entry, removed)
+        self._note_progress(trainer)
+        self.manifest.write(self.path)
+
+    def entries(self, kind: str, engine: str = "") -> list:
+        return self.manifest.of_kind(kind, engine) if self.manifest is not None else []
+
+    def _note_progress(self, trainer) -> None:
+        state = trainer.state
+        self.manifest.epoch_length = state.epoch_length or self.manifest.epoch_length
+        if state.iteration >= self.manifest.trained_iteration:
+            self.manifest.trained_iteration = state.iteration
+            self.manifest.trained_epoch = state.epoch
+
+    # ---- closing ----
+
+    def close(self, state: str, reason: str = "", trainer=None) -> None:
+        """Record how the run ended, then let the next process in."""
+        try:
+            if idist.get_rank() == 0 and self.manifest is not None:
+                self.manifest.state = state
+                self.manifest.stop_reason = reason
+                if trainer is not None:
+                    self._note_progress(trainer)
+                self.manifest.write(self.path)
+        finally:
+            self.lock.release()
+
+
+def _delete(path: Path) -> None:
+    if path.is_dir():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        path.unlink(missing_ok=True)
+
+
+def _recorded_config(save_dir: Path) -> Optional[dict]:
+    try:
+        return json.loads((save_dir / CONFIG_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def _patience_changed(old: dict, new: dict) -> bool:
+    before, after = identity.flatten(old), identity.flatten(new)
+    names = {n for n in (*before, *after) if n.endswith("early_stop_patience")}
+    return any(before.get(n) != after.get(n) for n in names)
+
+
+def _best_line(manifest: Manifest) -> str:
+    bests = [e for e in manifest.checkpoints if e.kind == "best" and e.score is not None]
+    if not bests:
+        return ""
+    top = max(bests, key=lambda e: (e.score, e.iteration or 0))
+    return f" Best: {top.file} (epoch {top.epoch})."

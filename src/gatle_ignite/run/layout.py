@@ -1,0 +1,165 @@
+"""The names of everything in a run directory, and how to read a checkpoint's name back.
+
+A compatibility surface: the checkpoint prefixes are 0.4's, and renaming them would orphan every
+existing run directory.
+"""
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+__all__ = [
+    "BEST_SUFFIX",
+    "CHECKPOINT_EXTENSIONS",
+    "CONFIG_FILE",
+    "LATEST_ITER_PREFIX",
+    "LATEST_PREFIX",
+    "LOCK_FILE",
+    "MANIFEST_FILE",
+    "OWNED_LOGS",
+    "CheckpointName",
+    "best_prefix_for",
+    "checkpoint_files",
+    "find_best_checkpoint",
+    "find_latest_checkpoint",
+    "find_resume_checkpoints",
+    "is_staging",
+    "parse_checkpoint_name",
+    "resolve_eval_checkpoint",
+    "score_of",
+    "staging_path",
+]
+
+LATEST_PREFIX = "latest_epoch"
+BEST_SUFFIX = "best_result"
+# Resumable checkpoints written mid-epoch (save_every_iters, preemption).
+LATEST_ITER_PREFIX = "latest_iter"
+# A single file, or (sharded) a directory of one file per rank.
+CHECKPOINT_EXTENSIONS = (".pt", ".dcp")
+
+MANIFEST_FILE = "run.json"
+LOCK_FILE = "run.lock"
+CONFIG_FILE = "config.json"
+# What the framework's own sinks write into save_dir; replaced with the run they belong to.
+OWNED_LOGS = ("metrics.csv", "tensorboard")
+
+# Everything written under a temporary name first carries this marker, so a start can tell an
+# interrupted write from a user's file.
+_STAGING_MARK = ".partial-"
+# ignite's DiskSaver stages under tempfile's names ("tmp" and 8 characters), as 0.4 did.
+_LEGACY_STAGING = re.compile(r"^tmp[a-z0-9_]{8}$")
+
+_TRAILING_NUMBER = re.compile(r"_(-?\d+(?:\.\d+)?)\.[^.]+$")
+_NAME = re.compile(
+    r"^(?:(?P<latest>latest_epoch|latest_iter)_checkpoint_(?P<step>\d+)"
+    r"|(?P<engine>[A-Za-z0-9_]*?)_?best_result_checkpoint_(?P<epoch>\d+)_(?P<score>-?[\d.]+|nan|-?inf))"
+    r"(?P<ext>\.pt|\.dcp)$"
+)
+
+
+def best_prefix_for(prefix: str = "") -> str:
+    return prefix + BEST_SUFFIX
+
+
+@dataclass(frozen=True)
+class CheckpointName:
+    """What a checkpoint's file name says: its kind, and the epoch or iteration it was written at.
+
+    ``kind`` is ``latest_epoch``, ``latest_iter`` or ``best``; ``engine`` is a best file's engine
+    type (``valid``), empty for a 0.4-style ``best_result_*`` name.
+    """
+
+    kind: str
+    epoch: Optional[int] = None
+    iteration: Optional[int] = None
+    engine: str = ""
+    score: Optional[float] = None
+
+    @property
+    def resumable(self) -> bool:
+        return self.kind in (LATEST_PREFIX, LATEST_ITER_PREFIX)
+
+
+def parse_checkpoint_name(name: str) -> Optional[CheckpointName]:
+    """The checkpoint a file name describes, or None when it is not one of the framework's."""
+    match = _NAME.match(name)
+    if match is None:
+        return None
+    if match["latest"] == LATEST_PREFIX:
+        return CheckpointName(LATEST_PREFIX, epoch=int(match["step"]))
+    if match["latest"] == LATEST_ITER_PREFIX:
+        return CheckpointName(LATEST_ITER_PREFIX, iteration=int(match["step"]))
+    return CheckpointName(
+        "best", epoch=int(match["epoch"]), engine=match["engine"], score=float(match["score"])
+    )
+
+
+def checkpoint_files(save_dir) -> list:
+    """Every file or directory in ``save_dir`` named like a checkpoint, sorted by name."""
+    directory = Path(save_dir)
+    if not directory.is_dir():
+        return []
+    return sorted(p for p in directory.iterdir() if parse_checkpoint_name(p.name) is not None)
+
+
+def score_of(path) -> Optional[float]:
+    """The number just before the extension: the score of a best file, the step otherwise."""
+    match = _TRAILING_NUMBER.search(Path(path).name)
+    return float(match.group(1)) if match else None
+
+
+def staging_path(path: Path, token: str) -> Path:
+    """Where ``path`` is written before it is renamed into place."""
+    return path.parent / f".{path.name}{_STAGING_MARK}{token}"
+
+
+def is_staging(name: str) -> bool:
+    """Whether ``name`` is what an interrupted write left behind (ours, or ignite's)."""
+    return (name.startswith(".") and _STAGING_MARK in name) or bool(_LEGACY_STAGING.match(name))
+
+
+# ---- 0.4's finders, by name and modification time, kept for the projects that call them. The
+# framework itself chooses through the run's index (gatle_ignite.run.directory). ----
+
+
+def _candidates(save_dir, prefix, extension="pt") -> list:
+    directory = Path(save_dir)
+    if not directory.is_dir():
+        return []
+    return sorted(directory.glob(f"{prefix}*.{extension}"))
+
+
+def _mtime(path) -> float:
+    return Path(path).stat().st_mtime
+
+
+def find_latest_checkpoint(save_dir, extension="pt") -> Optional[Path]:
+    """The newest ``latest_epoch*`` file, by modification time."""
+    files = _candidates(save_dir, LATEST_PREFIX, extension)
+    return max(files, key=_mtime) if files else None
+
+
+def find_resume_checkpoints(save_dir, extension="pt") -> list:
+    """Every resumable checkpoint (``latest_epoch*`` and ``latest_iter*``), newest first."""
+    files = _candidates(save_dir, LATEST_PREFIX, extension)
+    files += _candidates(save_dir, LATEST_ITER_PREFIX, extension)
+    return sorted(files, key=_mtime, reverse=True)
+
+
+def find_best_checkpoint(save_dir, prefix="", extension="pt") -> Optional[Path]:
+    """The highest-scoring ``<prefix>best_result*`` file; ties go to the newest."""
+    files = _candidates(save_dir, best_prefix_for(prefix), extension)
+    scored = [(score_of(f), _mtime(f), f) for f in files]
+    scored = [entry for entry in scored if entry[0] is not None]
+    if scored:
+        return max(scored, key=lambda entry: entry[:2])[2]
+    return max(files, key=_mtime) if files else None
+
+
+def resolve_eval_checkpoint(save_dir, load_from_ckpt="best", prefix="valid_") -> Optional[Path]:
+    """The file ``best`` or ``latest`` names, by the rules above (no load, no index)."""
+    if load_from_ckpt == "latest":
+        newest = find_resume_checkpoints(save_dir)
+        return newest[0] if newest else None
+    return find_best_checkpoint(save_dir, prefix=prefix)

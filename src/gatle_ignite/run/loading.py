@@ -1,0 +1,186 @@
+"""Reading checkpoints back: safe loads, telling a damaged file from a dangerous one, weights.
+
+Every load is ``torch.load(weights_only=True)``, so a checkpoint can never run code. A file
+that fails to load is either damaged (empty, truncated, random bytes, not a checkpoint at all):
+callers skip it with a warning and try the next; or it is complete and really holds pickled
+objects, which is refused outright, because loading it anyway would run what it names.
+"""
+
+import pickle
+import pickletools
+import zipfile
+from pathlib import Path
+from typing import Optional
+
+import torch
+
+from gatle_ignite.dispatch import ConfigError
+from gatle_ignite.utils.dist import rank_zero_print
+
+__all__ = [
+    "RunMeta",
+    "UnreadableCheckpoint",
+    "load_checkpoint_file",
+    "load_weights",
+    "read_progress",
+    "report_weight_match",
+]
+
+# The pickles of torch's pre-1.6 format before its raw tensor bytes: magic number, protocol
+# version, system info, then the object itself.
+_LEGACY_PICKLES = 4
+
+
+class UnreadableCheckpoint(Exception):
+    """A checkpoint file that cannot be loaded because it is damaged or not a checkpoint."""
+
+    def __init__(self, path, reason: str):
+        super().__init__(f"{path}: {reason}")
+        self.path = path
+        self.reason = reason
+
+
+class RunMeta:
+    """Records max_epochs in each checkpoint, so a resume can warn about a stale LR schedule."""
+
+    def __init__(self, max_epochs):
+        self.max_epochs = max_epochs
+        self.restored_max_epochs = None
+
+    def state_dict(self) -> dict:
+        return {"max_epochs": self.max_epochs}
+
+    def load_state_dict(self, state_dict) -> None:
+        self.restored_max_epochs = state_dict.get("max_epochs")
+
+
+def _pickle_parses(stream, count: int) -> bool:
+    """Whether ``count`` complete pickles follow one another in ``stream``."""
+    try:
+        for _ in range(count):
+            for _op in pickletools.genops(stream):
+                pass
+    except Exception:  # any malformation: truncated, an unknown opcode, bad arguments
+        return False
+    return True
+
+
+def _is_complete_pickle_of_objects(path) -> bool:
+    """Whether the file is whole, so that a refused global really is one it names.
+
+    A truncated pickle can end in the middle of a global's name and look like a request for a
+    function that does not exist; a whole one that names a global means code.
+    """
+    if zipfile.is_zipfile(path):
+        with zipfile.ZipFile(path) as archive:
+            names = [n for n in archive.namelist() if n.endswith("data.pkl")]
+            if not names:
+                return False
+            with archive.open(names[0]) as stream:
+                return _pickle_parses(stream, 1)
+    with open(path, "rb") as stream:
+        return _pickle_parses(stream, _LEGACY_PICKLES)
+
+
+def _refusal(path, error) -> ConfigError:
+    detail = next((line.strip() for line in str(error).splitlines() if "GLOBAL" in line), "")
+    return ConfigError(
+        f"refusing to load {path}: it holds objects other than tensors and plain Python "
+        f"values, which could run code when unpickled.\n"
+        f"  Nothing was executed. Only load checkpoints you trust, re-saved as plain state "
+        f"dicts. ({detail[:200]})"
+    )
+
+
+def load_checkpoint_file(path, map_location="cpu", mmap: bool = False):
+    """``torch.load`` with ``weights_only=True``; raises UnreadableCheckpoint for a damaged
+    file and ConfigError for one that holds pickled code."""
+    path = Path(path)
+    try:
+        if path.stat().st_size == 0:
+            raise UnreadableCheckpoint(path, "the file is empty")
+        mmap = mmap and zipfile.is_zipfile(path)
+        return torch.load(path, map_location=map_location, weights_only=True, mmap=mmap)
+    except UnreadableCheckpoint:
+        raise
+    except pickle.UnpicklingError as error:
+        if "GLOBAL" in str(error) and _is_complete_pickle_of_objects(path):
+            raise _refusal(path, error) from error
+        raise UnreadableCheckpoint(path, "not a checkpoint, or damaged") from error
+    except (OSError, RuntimeError, EOFError, ValueError, KeyError, IndexError, TypeError) as error:
+        first = (str(error).splitlines() or [type(error).__name__])[0]
+        raise UnreadableCheckpoint(path, f"damaged or not a checkpoint ({first[:120]})") from error
+
+
+def read_progress(path) -> tuple:
+    """``(epoch, iteration)`` a checkpoint's trainer state records, read without its tensors."""
+    state = load_checkpoint_file(path, mmap=True)
+    engine = state.get("trainer", {}) if isinstance(state, dict) else {}
+    iteration = engine.get("iteration")
+    length = engine.get("epoch_length")
+    if iteration is None or not length:
+        return None, iteration
+    # The epoch in progress, as the trainer's state.epoch reads while it trains.
+    return -(-iteration // length), iteration
+
+
+def _align_module_prefix(state, wanted_keys):
+    """Add or strip DDP's ``module.`` prefix so a checkpoint meets the model's key names."""
+    have = list(state)
+    if not have or not wanted_keys or set(have) & set(wanted_keys):
+        return state
+
+    def all_prefixed(keys):
+        return all(k.startswith("module.") for k in keys)
+
+    if all_prefixed(have) and not all_prefixed(wanted_keys):
+        return {k[len("module.") :]: v for k, v in state.items()}
+    if all_prefixed(wanted_keys) and not all_prefixed(have):
+        return {f"module.{k}": v for k, v in state.items()}
+    return state
+
+
+def report_weight_match(state, wanted, source) -> None:
+    """Print how many tensors match; refuse a checkpoint that matches none."""
+    if not isinstance(state, dict):
+        return
+    wanted = list(wanted)
+    matched = len(set(state) & set(wanted))
+    if matched:
+        rank_zero_print(f"LOADED {matched}/{len(wanted)} tensors")
+        return
+    origin = source if isinstance(source, (str, Path)) else "an in-memory checkpoint"
+    example_have = next(iter(state), None)
+    example_want = wanted[0] if wanted else None
+    raise ConfigError(
+        f"loaded 0 of {len(wanted)} tensors from {origin}: no key matches "
+        f"(checkpoint has e.g. {example_have!r}, the model wants e.g. {example_want!r}).\n"
+        f"  Load a checkpoint of this model, or rename the keys before loading."
+    )
+
+
+def load_weights(source, module, strict=True, map_location="cpu"):
+    """Load model weights from a checkpoint path, a full checkpoint dict or a bare state dict."""
+    if isinstance(source, (str, Path)):
+        state = _load_or_explain(source, map_location)
+    else:
+        state = source
+    if isinstance(state, dict) and "model" in state:
+        state = state["model"]
+    wanted = module.state_dict().keys()
+    if isinstance(state, dict):
+        state = _align_module_prefix(state, list(wanted))
+    report_weight_match(state, wanted, source)
+    return module.load_state_dict(state, strict=strict)
+
+
+def _load_or_explain(path, map_location) -> Optional[dict]:
+    """A file the user named: when it cannot be loaded, that is the config's error to fix."""
+    try:
+        return load_checkpoint_file(path, map_location=map_location)
+    except UnreadableCheckpoint as error:
+        raise ConfigError(
+            f"cannot load {error.path}: {error.reason}.\n"
+            f"  Point at another checkpoint file; `gatle-ignite eval --ckpt latest` or `best` "
+            f"skips damaged files by itself."
+        ) from error

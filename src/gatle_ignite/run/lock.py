@@ -1,0 +1,74 @@
+"""One process per run directory: an OS lock on ``run.lock`` that dies with its holder.
+
+``flock`` belongs to the open file: when the holder exits, however it exits (SIGKILL included),
+the kernel drops the lock, so a dead run never blocks the next one. The file also says who holds
+it, for the message a second process gets.
+"""
+
+import json
+import os
+import socket
+import sys
+from pathlib import Path
+from typing import Optional
+
+from gatle_ignite.dispatch import ConfigError
+from gatle_ignite.run.layout import LOCK_FILE
+
+try:
+    import fcntl
+except ImportError:  # not a POSIX system: no lock, said once at acquire()
+    fcntl = None
+
+__all__ = ["RunLock"]
+
+
+class RunLock:
+    """The lock on one ``save_dir``; ``acquire`` refuses at once when another process holds it."""
+
+    def __init__(self, save_dir):
+        self.path = Path(save_dir) / LOCK_FILE
+        self._handle = None
+
+    def acquire(self) -> None:
+        if fcntl is None:
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        # Appending: opening must not erase the holder's note before we know we hold the lock.
+        handle = open(self.path, "a+", encoding="utf-8")
+        try:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            holder = self._holder(handle)
+            handle.close()
+            raise ConfigError(
+                f"{self.path.parent} is in use by another gatle-ignite process ({holder}).\n"
+                f"  Wait for it to finish, stop it, or give this run its own save_dir."
+            ) from None
+        self._handle = handle
+
+    def note_holder(self) -> None:
+        """Say in the lock file who holds it; done once the run is sure to start."""
+        if self._handle is None:
+            return
+        note = {"pid": os.getpid(), "host": socket.gethostname(), "command": " ".join(sys.argv)}
+        self._handle.seek(0)
+        self._handle.truncate()
+        self._handle.write(json.dumps(note) + "\n")
+        self._handle.flush()
+
+    def release(self) -> None:
+        if self._handle is not None:
+            self._handle.close()
+            self._handle = None
+
+    @staticmethod
+    def _holder(handle) -> str:
+        handle.seek(0)
+        try:
+            note: Optional[dict] = json.loads(handle.read() or "null")
+        except ValueError:
+            note = None
+        if not isinstance(note, dict):
+            return "it is still starting"
+        return f"pid {note.get('pid')} on {note.get('host')}: {note.get('command')}"

@@ -1,0 +1,89 @@
+"""Accepted config changes on resume: made to take effect on what the checkpoint restored.
+
+Loading a checkpoint puts back the optimizer's hyperparameters and the schedule's values as
+they were, so an accepted ``optimizer_params.lr`` would otherwise be silently ignored. Before
+the load, the freshly built optimizer and schedules (from the new config) are noted; after it,
+the accepted hyperparameters are copied back, and each schedule the trainer drives is rebuilt
+as the new config makes it and replayed to the run's position.
+"""
+
+import copy
+import warnings
+
+from ignite.engine import Events
+
+__all__ = ["apply_accepted_changes", "fresh_settings"]
+
+_ITERATION_EVENTS = (Events.ITERATION_STARTED, Events.ITERATION_COMPLETED)
+
+
+def fresh_settings(trainer, to_load: dict) -> dict:
+    """What the new config built, before a checkpoint overwrites it.
+
+    ``replayed`` names the schedules of ``to_load`` that are rebuilt rather than loaded; the
+    caller leaves them out of the load.
+    """
+    groups = getattr(trainer.optimizer, "param_groups", [])
+    replayable = _schedule_event(trainer) is not None
+    schedules = {k: v for k, v in to_load.items() if k.split("_")[0] == "scheduler"}
+    return {
+        "groups": [{k: copy.deepcopy(v) for k, v in g.items() if k != "params"} for g in groups],
+        "replayed": {k: (s, copy.deepcopy(s.state_dict())) for k, s in schedules.items()}
+        if replayable
+        else {},
+    }
+
+
+def apply_accepted_changes(trainer, fresh: dict, accepted) -> None:
+    _restore_hyperparameters(trainer.optimizer, fresh["groups"], accepted)
+    seen = _events_seen(trainer)
+    for scheduler, state in fresh["replayed"].values():
+        scheduler.load_state_dict(state)
+        for _ in range(seen):
+            scheduler(None)
+    if trainer.scheduler is not None and not fresh["replayed"]:
+        warnings.warn(
+            "the learning-rate schedule follows an event the trainer cannot replay (an "
+            "evaluator's, or a filtered one), so it keeps its restored state; the accepted "
+            "optimizer values apply from here on.",
+            stacklevel=3,
+        )
+
+
+def _accepted_keys(accepted, groups) -> set:
+    keys = set()
+    for name in accepted:
+        if name == "optimizer_params":
+            keys.update(k for g in groups for k in g)
+        elif name.startswith("optimizer_params."):
+            keys.add(name.split(".")[1])
+    return keys
+
+
+def _restore_hyperparameters(optimizer, groups, accepted) -> None:
+    keys = _accepted_keys(accepted, groups)
+    for group, fresh in zip(getattr(optimizer, "param_groups", []), groups):
+        for key in keys & set(fresh):
+            group[key] = fresh[key]
+
+
+def _schedule_event(trainer):
+    """The trainer event the schedule follows, or None for anything a replay cannot count
+    (an evaluator's event, a filtered one, a build_scheduler override)."""
+    engine_name, event = getattr(trainer, "_scheduler_event", (None, None))
+    if engine_name != "trainer" or getattr(event, "filter", None) is not None:
+        return None
+    known = (*_ITERATION_EVENTS, Events.EPOCH_STARTED, Events.EPOCH_COMPLETED)
+    return event if event in known else None
+
+
+def _events_seen(trainer) -> int:
+    """How many times the trainer fired the schedule's event before the checkpoint."""
+    event = _schedule_event(trainer)
+    state = trainer.engines["trainer"].state
+    if event in _ITERATION_EVENTS:
+        return state.iteration
+    if event == Events.EPOCH_STARTED:
+        # A loaded state counts completed epochs; the one in progress had started too.
+        return state.epoch + int(bool(state.epoch_length) and state.iteration % state.epoch_length)
+    return state.epoch

@@ -1,0 +1,488 @@
+"""The run directory: one run per save_dir, never silently damaged, told through the CLI.
+
+Each test breaks something for real (a finished run resumed, a used save_dir, a changed
+config, a damaged file, a second process) and checks what a user would: the exit code, the
+message, the lines printed, and every file's bytes and modification time.
+"""
+
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from gatle_ignite.cli.main import main
+from gatle_ignite.run.layout import MANIFEST_FILE, checkpoint_files
+from tests.conftest import ROOT
+
+BASE = {"train_ds_params": {"n": 32, "bs": 16, "shuffle": True, "seed": 0}, "max_epochs": 2}
+
+
+def _config(tmp_path, stem="toy", **fields) -> Path:
+    """A config file for the toy task, its save_dir in tmp_path/<stem>."""
+    fields = {**BASE, "save_dir": str(tmp_path / stem), **fields}
+    path = tmp_path / f"{stem}.py"
+    path.write_text(
+        "from tests.toy.config import toy_config\n\n\n"
+        f"def get_config():\n    return toy_config(**{fields!r})\n"
+    )
+    return path
+
+
+@pytest.fixture
+def cli(capsys, monkeypatch):
+    """``cli("train", config, "resume=True", ...)`` -> (exit code, stdout, stderr)."""
+    monkeypatch.chdir(ROOT)
+
+    def run(command, config, *overrides, ckpt=None):
+        args = [command, f"--config={config}", *(f"--override={o}" for o in overrides)]
+        if ckpt is not None:
+            args.append(f"--ckpt={ckpt}")
+        code = main(args)
+        out, err = capsys.readouterr()
+        return code, out, err
+
+    return run
+
+
+def _snapshot(save_dir) -> dict:
+    """Every file under save_dir: its bytes' hash and modification time."""
+    found = {}
+    for path in sorted(Path(save_dir).rglob("*")):
+        if path.is_file():
+            digest = hashlib.sha256(path.read_bytes()).hexdigest()
+            found[str(path.relative_to(save_dir))] = (digest, path.stat().st_mtime_ns)
+    return found
+
+
+def _manifest(save_dir) -> dict:
+    return json.loads((Path(save_dir) / MANIFEST_FILE).read_text())
+
+
+def _indexed(save_dir) -> set:
+    return {entry["file"] for entry in _manifest(save_dir)["checkpoints"]}
+
+
+def _on_disk(save_dir) -> set:
+    return {p.name for p in checkpoint_files(save_dir)}
+
+
+# ---- the manifest ----
+
+
+def test_a_run_writes_a_readable_manifest_that_indexes_its_checkpoints(tmp_path, cli):
+    config = _config(tmp_path)
+    assert cli("train", config)[0] == 0
+    manifest = _manifest(tmp_path / "toy")
+    assert manifest["state"] == "completed"
+    assert manifest["name"] == "toy"
+    assert manifest["config_fingerprint"].startswith("sha256:")
+    assert manifest["config"]["optimizer_params"]["lr"] == 0.01
+    assert (manifest["trained_epoch"], manifest["trained_iteration"]) == (2, 4)
+    assert _indexed(tmp_path / "toy") == _on_disk(tmp_path / "toy")
+    latest = next(e for e in manifest["checkpoints"] if e["kind"] == "latest_epoch")
+    assert (latest["file"], latest["epoch"], latest["iteration"]) == (
+        "latest_epoch_checkpoint_2.pt",
+        2,
+        4,
+    )
+
+
+def test_a_diverged_run_is_recorded_as_such(tmp_path, cli):
+    nan_from_3 = {
+        "dict_of_loss_params": {
+            "ce": {"cls_name": "tests.toy.loss", "weight": 1.0},
+            "nan": {"cls_name": "tests.toy.nan_loss", "weight": 1.0, "start_iteration": 3},
+        }
+    }
+    assert cli("train", _config(tmp_path, criterion_params=nan_from_3))[0] == 0
+    manifest = _manifest(tmp_path / "toy")
+    assert manifest["state"] == "diverged"
+    assert "iteration 3" in manifest["stop_reason"]
+
+
+def test_a_crashed_run_is_recorded_as_failed(tmp_path, cli):
+    # A model for 5 features fed 8: the first step raises.
+    with pytest.raises(RuntimeError):
+        cli("train", _config(tmp_path, model_params={"in_dim": 5}))
+    manifest = _manifest(tmp_path / "toy")
+    assert manifest["state"] == "failed"
+    assert manifest["stop_reason"].startswith("RuntimeError")
+
+
+# ---- a finished run resumed ----
+
+
+def test_resuming_a_completed_run_does_nothing_and_says_so(tmp_path, cli):
+    config = _config(tmp_path)
+    assert cli("train", config)[0] == 0
+    before = _snapshot(tmp_path / "toy")
+    code, out, _err = cli("train", config, "resume=True")
+    assert code == 0
+    assert "NOTHING TO DO" in out and "Raise max_epochs" in out
+    assert "TRAIN epoch" not in out
+    assert _snapshot(tmp_path / "toy") == before
+
+
+def test_raising_max_epochs_continues_a_completed_run(tmp_path, cli):
+    config = _config(tmp_path)
+    assert cli("train", config)[0] == 0
+    code, out, _err = cli("train", config, "resume=True", "max_epochs=3")
+    assert code == 0
+    assert "TRAIN epoch 3" in out and "TRAIN epoch 2" not in out
+    assert (tmp_path / "toy" / "latest_epoch_checkpoint_3.pt").exists()
+    assert _manifest(tmp_path / "toy")["trained_epoch"] == 3
+
+
+def test_a_smaller_max_epochs_than_trained_is_a_config_error(tmp_path, cli):
+    config = _config(tmp_path, max_epochs=3)
+    assert cli("train", config)[0] == 0
+    before = _snapshot(tmp_path / "toy")
+    code, out, err = cli("train", config, "resume=True", "max_epochs=2")
+    assert code == 2
+    assert "config error: max_epochs=2" in err and "epoch 3" in err
+    assert "Traceback" not in err and "TRAIN epoch" not in out
+    assert _snapshot(tmp_path / "toy") == before
+
+
+def test_resuming_an_early_stopped_run_does_nothing_until_its_patience_changes(tmp_path, cli):
+    flat = {"acc": {"cls_name": "tests.toy.scripted_metric", "params": {"values": [0.5]}}}
+    config = _config(tmp_path, max_epochs=6, early_stop_patience=1, val_metrics=flat)
+    assert cli("train", config)[0] == 0
+    manifest = _manifest(tmp_path / "toy")
+    assert manifest["state"] == "early-stopped"
+    assert manifest["trained_epoch"] == 2
+    before = _snapshot(tmp_path / "toy")
+    code, out, _err = cli("train", config, "resume=True")
+    assert code == 0 and "stopped early at epoch 2" in out and "TRAIN epoch" not in out
+    assert _snapshot(tmp_path / "toy") == before
+    code, out, _err = cli("train", config, "resume=True", "early_stop_patience=3")
+    assert code == 0 and "TRAIN epoch 3" in out
+
+
+# ---- a fresh run into a used save_dir ----
+
+
+def test_a_fresh_run_into_a_used_save_dir_is_refused_and_touches_nothing(tmp_path, cli):
+    config = _config(tmp_path)
+    assert cli("train", config)[0] == 0
+    before = _snapshot(tmp_path / "toy")
+    code, out, err = cli("train", config, "optimizer_params.lr=0.5")
+    assert code == 2
+    assert "already holds run 'toy'" in err
+    assert "resume=True" in err and "replace_run=True" in err
+    assert "Traceback" not in err and "TRAIN epoch" not in out
+    assert _snapshot(tmp_path / "toy") == before
+
+
+def test_replace_run_replaces_the_old_run_and_eval_then_sees_only_the_new(tmp_path, cli):
+    old = _config(tmp_path, max_epochs=3, n_saved=None)
+    assert cli("train", old)[0] == 0
+    (tmp_path / "toy" / "notes.txt").write_text("mine")
+    new = _config(tmp_path, max_epochs=1)
+    code, out, _err = cli("train", new, "replace_run=True")
+    assert code == 0 and "REPLACED run 'toy'" in out
+    names = _on_disk(tmp_path / "toy")
+    assert "latest_epoch_checkpoint_1.pt" in names
+    assert not any("_3" in n or "_2" in n for n in names)
+    assert (tmp_path / "toy" / "notes.txt").read_text() == "mine"
+    assert _indexed(tmp_path / "toy") == names
+    code, out, _err = cli("eval", new, ckpt="best")
+    assert code == 0 and "valid_best_result_checkpoint_1_" in out
+
+
+# ---- a changed config on resume ----
+
+
+def test_a_changed_hyperparameter_is_refused_naming_old_and_new(tmp_path, cli):
+    config = _config(tmp_path, max_epochs=1)
+    assert cli("train", config)[0] == 0
+    before = _snapshot(tmp_path / "toy")
+    code, out, err = cli(
+        "train", config, "resume=True", "max_epochs=2", "optimizer_params.lr=0.001"
+    )
+    assert code == 2
+    assert "optimizer_params.lr: 0.01 -> 0.001" in err
+    assert "accept_changes=['optimizer_params.lr']" in err
+    assert "TRAIN epoch" not in out and "Traceback" not in err
+    assert _snapshot(tmp_path / "toy") == before
+
+
+def test_a_changed_model_shape_is_refused_without_a_traceback(tmp_path, cli):
+    config = _config(tmp_path, max_epochs=1)
+    assert cli("train", config)[0] == 0
+    code, _out, err = cli("train", config, "resume=True", "model_params={'hidden': 32}")
+    assert code == 2 and "model_params" in err and "Traceback" not in err
+    code, _out, err = cli(
+        "train",
+        config,
+        "resume=True",
+        "max_epochs=2",
+        "model_params={'hidden': 32}",
+        "accept_changes=['model_params']",
+    )
+    assert code == 2 and "does not fit" in err
+
+
+def test_operational_changes_are_allowed(tmp_path, cli):
+    loader = {**BASE["train_ds_params"], "num_workers": 0}
+    config = _config(tmp_path, max_epochs=1, train_ds_params=loader)
+    assert cli("train", config)[0] == 0
+    code, out, _err = cli(
+        "train",
+        config,
+        "resume=True",
+        "max_epochs=2",
+        "n_saved=2",
+        "log_every=7",
+        "every_val=2",
+        "train_ds_params.num_workers=1",
+    )
+    assert code == 0 and "TRAIN epoch 2" in out
+
+
+def _trainer_after(config, *overrides):
+    from gatle_ignite.cli import launch
+    from gatle_ignite.config.loader import apply_overrides, load_config_from_file
+
+    cfg = apply_overrides(load_config_from_file(config), list(overrides))
+    return launch.run_task(0, cfg)
+
+
+def test_an_accepted_learning_rate_is_really_in_the_optimizer(tmp_path, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    config = _config(tmp_path, max_epochs=1)
+    _trainer_after(config)
+    task = _trainer_after(
+        config,
+        "resume=True",
+        "max_epochs=2",
+        "optimizer_params.lr=0.001",
+        "accept_changes=['optimizer_params.lr']",
+    )
+    assert task.optimizer.param_groups[0]["lr"] == 0.001
+    changes = _manifest(tmp_path / "toy")["accepted_changes"]
+    assert changes == [{"iteration": 2, "changes": {"optimizer_params.lr": [0.01, 0.001]}}]
+
+
+def _final_lr(tmp_path, stem, lr, *overrides, **fields):
+    config = _config(tmp_path, stem, lr_scheduler="gatle_ignite.schedulers.warmup_cosine", **fields)
+    task = _trainer_after(config, f"optimizer_params.lr={lr}", *overrides)
+    return config, task.optimizer.param_groups[0]["lr"]
+
+
+def test_an_accepted_learning_rate_refits_the_schedule_at_the_runs_position(tmp_path, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    _straight, expected = _final_lr(tmp_path, "straight", 0.1, max_epochs=3)
+    _old, unchanged = _final_lr(tmp_path, "old", 0.01, max_epochs=3)
+    resumed, _ = _final_lr(tmp_path, "resumed", 0.01, max_epochs=2)
+    task = _trainer_after(
+        resumed,
+        "resume=True",
+        "max_epochs=3",
+        "optimizer_params.lr=0.1",
+        "accept_changes=['optimizer_params.lr']",
+    )
+    # Where a run with the new lr from the start would be; the old schedule would be 10x lower.
+    assert task.optimizer.param_groups[0]["lr"] == pytest.approx(expected)
+    assert unchanged != pytest.approx(expected)
+
+
+# ---- one process per save_dir ----
+
+
+def _env():
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+def _popen(config, *overrides):
+    return subprocess.Popen(
+        [sys.executable, "-m", "gatle_ignite", "train", f"--config={config}"]
+        + [f"--override={o}" for o in overrides],
+        cwd=ROOT,
+        env=_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+
+def _wait_for_line(process, fragment, limit=120):
+    deadline = time.monotonic() + limit
+    lines = []
+    while time.monotonic() < deadline:
+        line = process.stdout.readline()
+        lines.append(line)
+        if fragment in line:
+            return lines
+        if not line and process.poll() is not None:
+            break
+    raise AssertionError(f"never saw {fragment!r}:\n{''.join(lines)}")
+
+
+@pytest.mark.slow
+def test_a_second_process_is_refused_and_a_killed_holder_blocks_nothing(tmp_path, cli):
+    config = _config(tmp_path, max_epochs=1000, train_length=40)
+    first = _popen(config)
+    try:
+        _wait_for_line(first, "TRAIN epoch 2")
+        code, out, err = cli("train", config, "resume=True")
+        assert code == 2
+        assert f"in use by another gatle-ignite process (pid {first.pid}" in err
+        assert "TRAIN epoch" not in out and "Traceback" not in err
+    finally:
+        first.send_signal(signal.SIGKILL)
+        first.wait(timeout=60)
+    manifest = _manifest(tmp_path / "toy")
+    assert manifest["state"] == "running"  # it never got to say otherwise
+    # The kernel dropped the dead holder's lock: the next process gets in and resumes.
+    epoch = max(e["epoch"] for e in manifest["checkpoints"] if e["kind"] == "latest_epoch")
+    code, out, err = cli("train", config, "resume=True", f"max_epochs={epoch + 1}")
+    assert code == 0, err
+    assert f"TRAIN epoch {epoch + 1}" in out
+
+
+# ---- damaged files, the resume choice, rotation and leftovers ----
+
+DAMAGE = {
+    "random bytes": lambda path: path.write_bytes(os.urandom(4096)),
+    "text": lambda path: path.write_text("this is not a checkpoint\n"),
+    "zero bytes": lambda path: path.write_bytes(b""),
+    "truncated": lambda path: path.write_bytes(path.read_bytes()[: path.stat().st_size // 2]),
+}
+
+
+def _two_epochs(tmp_path, cli, **fields) -> Path:
+    config = _config(tmp_path, n_saved=None, **fields)
+    assert cli("train", config)[0] == 0
+    return config
+
+
+@pytest.mark.parametrize("damage", DAMAGE)
+def test_a_damaged_newest_checkpoint_is_skipped_for_resume_and_eval(tmp_path, cli, damage):
+    config = _two_epochs(tmp_path, cli)
+    newest = tmp_path / "toy" / "latest_epoch_checkpoint_2.pt"
+    DAMAGE[damage](newest)
+    with pytest.warns(UserWarning, match="latest_epoch_checkpoint_2.pt, which does not load"):
+        code, out, _err = cli("eval", config, ckpt="latest")
+    assert code == 0 and "LOADING CHECKPOINT" in out and "latest_epoch_checkpoint_1.pt" in out
+    with pytest.warns(UserWarning, match="latest_epoch_checkpoint_2.pt, which does not load"):
+        code, out, _err = cli("train", config, "resume=True", "max_epochs=3")
+    assert code == 0
+    assert "RESUMING FROM" in out and "latest_epoch_checkpoint_1.pt" in out
+    assert "TRAIN epoch 2" in out and "TRAIN epoch 3" in out
+
+
+def test_a_damaged_best_file_is_skipped_for_the_next_best(tmp_path, cli):
+    rising = {"acc": {"cls_name": "tests.toy.scripted_metric", "params": {"values": [0.5, 0.6]}}}
+    config = _two_epochs(tmp_path, cli, val_metrics=rising)
+    DAMAGE["truncated"](tmp_path / "toy" / "valid_best_result_checkpoint_2_0.6000.pt")
+    with pytest.warns(UserWarning, match="does not load"):
+        code, out, _err = cli("eval", config, ckpt="best")
+    assert code == 0 and "valid_best_result_checkpoint_1_0.5000.pt" in out
+
+
+def test_eval_takes_a_path_and_refuses_a_damaged_one_without_a_traceback(tmp_path, cli):
+    config = _two_epochs(tmp_path, cli)
+    first = tmp_path / "toy" / "latest_epoch_checkpoint_1.pt"
+    code, out, _err = cli("eval", config, ckpt=str(first))
+    assert code == 0 and f"LOADING CHECKPOINT: {first}" in out
+    DAMAGE["truncated"](first)
+    code, _out, err = cli("eval", config, ckpt=str(first))
+    assert code == 2 and "cannot load" in err and "Traceback" not in err
+
+
+def test_a_checkpoint_holding_pickled_code_is_refused_not_skipped(tmp_path, cli):
+    config = _two_epochs(tmp_path, cli)
+    marker = tmp_path / "pwned"
+    torch.save({"model": _Payload(marker)}, tmp_path / "toy" / "latest_epoch_checkpoint_2.pt")
+    code, _out, err = cli("eval", config, ckpt="latest")
+    assert code == 2 and "refusing to load" in err
+    assert not marker.exists()
+
+
+class _Payload:
+    def __init__(self, marker):
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        return (os.system, (f"touch '{self.marker}'",))
+
+
+def test_resume_picks_the_furthest_trained_checkpoint_not_the_newest_file(tmp_path, cli):
+    config = _two_epochs(tmp_path, cli)
+    older = tmp_path / "toy" / "latest_epoch_checkpoint_1.pt"
+    future = time.time() + 3600
+    os.utime(older, (future, future))
+    code, out, _err = cli("train", config, "resume=True", "max_epochs=3")
+    assert code == 0
+    assert "latest_epoch_checkpoint_2.pt" in out and "TRAIN epoch 2" not in out
+
+
+def test_n_saved_holds_across_resumes(tmp_path, cli):
+    config = _config(tmp_path, max_epochs=2, n_saved=1, save_every_iters=1)
+    assert cli("train", config)[0] == 0
+    assert cli("train", config, "resume=True", "max_epochs=4")[0] == 0
+    names = _on_disk(tmp_path / "toy")
+    assert [n for n in names if n.startswith("latest_epoch")] == ["latest_epoch_checkpoint_4.pt"]
+    assert [n for n in names if n.startswith("latest_iter")] == ["latest_iter_checkpoint_7.pt"]
+    assert len([n for n in names if "best_result" in n]) == 1
+    assert _indexed(tmp_path / "toy") == names
+
+
+def test_a_lowered_n_saved_rotates_the_surplus_after_the_next_write(tmp_path, cli):
+    config = _config(tmp_path, max_epochs=3, n_saved=None)
+    assert cli("train", config)[0] == 0
+    assert cli("train", config, "resume=True", "max_epochs=4", "n_saved=2")[0] == 0
+    latest = sorted(n for n in _on_disk(tmp_path / "toy") if n.startswith("latest_epoch"))
+    assert latest == ["latest_epoch_checkpoint_3.pt", "latest_epoch_checkpoint_4.pt"]
+
+
+def test_what_an_interrupted_write_left_is_removed_on_the_next_start(tmp_path, cli):
+    config = _config(tmp_path, max_epochs=1)
+    assert cli("train", config)[0] == 0
+    run = tmp_path / "toy"
+    leftovers = [
+        run / ".latest_epoch_checkpoint_2.pt.partial-0a1b2c3d",
+        run / ".run.json.partial-99887766",
+        run / "tmpab12_xyz",
+    ]
+    for path in leftovers:
+        path.write_bytes(b"half a checkpoint")
+    kept = [run / "notes.txt", run / "tmp_notes.txt", run / ".hidden"]
+    for path in kept:
+        path.write_text("mine")
+    assert cli("train", config, "resume=True", "max_epochs=2")[0] == 0
+    assert not any(path.exists() for path in leftovers)
+    assert all(path.read_text() == "mine" for path in kept)
+
+
+def test_an_unindexed_checkpoint_is_adopted_and_a_missing_one_forgotten(tmp_path, cli):
+    config = _two_epochs(tmp_path, cli)
+    run = tmp_path / "toy"
+    manifest = _manifest(run)
+    # As if killed between writing a file and indexing it, and a file deleted by hand.
+    manifest["checkpoints"] = [
+        e for e in manifest["checkpoints"] if e["file"] != "latest_epoch_checkpoint_2.pt"
+    ]
+    (run / MANIFEST_FILE).write_text(json.dumps(manifest))
+    (run / "latest_epoch_checkpoint_1.pt").unlink()
+    code, out, _err = cli("train", config, "resume=True", "max_epochs=3")
+    assert code == 0 and "latest_epoch_checkpoint_2.pt" in out
+    assert _indexed(run) == _on_disk(run)
+
+
+def test_a_04_run_directory_without_a_manifest_resumes(tmp_path, cli):
+    config = _two_epochs(tmp_path, cli)
+    (tmp_path / "toy" / MANIFEST_FILE).unlink()
+    code, out, _err = cli("train", config, "resume=True", "max_epochs=3")
+    assert code == 0 and "latest_epoch_checkpoint_2.pt" in out and "TRAIN epoch 3" in out
+    assert _indexed(tmp_path / "toy") == _on_disk(tmp_path / "toy")
