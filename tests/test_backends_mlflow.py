@@ -11,6 +11,8 @@ def test_a_run_records_its_params_its_metrics_at_their_steps_and_finishes(tmp_pa
     uri = use_mlflow_store(tmp_path, monkeypatch)
     cfg = synthetic_cfg(tmp_path / "run", ["mlflow"])
     cfg.hub_token = "hf_not_a_real_token"
+    cfg.password = "not-a-real-password"
+    cfg.data_roots = ["https://user:not-a-real-pw@data.invalid/x"]
     train(cfg)
 
     client, run = mlflow_run(uri, "gatle-synthetic", cfg.name)
@@ -21,8 +23,9 @@ def test_a_run_records_its_params_its_metrics_at_their_steps_and_finishes(tmp_pa
     assert params["train_ds_params.n"] == "512"
     assert params["optimizer_params.lr"] == "0.001"
     assert params["logger_name"] == '["mlflow"]'
-    assert params["hub_token"] == REDACTED
-    assert "hf_not_a_real_token" not in params.values()
+    assert params["hub_token"] == params["password"] == REDACTED
+    assert params["data_roots"] == '["https://<redacted>@data.invalid/x"]'
+    assert not [value for value in params.values() if "not-a-real" in value]
 
     acc = mlflow_series(client, run, "valid/acc")
     assert [step for step, _ in acc] == [1, 2]

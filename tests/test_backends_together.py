@@ -134,16 +134,23 @@ def test_redaction_reaches_nested_and_listed_fields_and_only_secret_names():
         {
             "MY_SECRET": "s",
             "keyboard": "kept",
-            "groups": [{"auth_token": "t", "lr": 1}],
-            "nested": {"client_secret": "c", "url_base": "kept"},
+            "groups": [{"auth_token": "t", "lr": 1, "password": "p"}],
+            "nested": {"client_secret": "c", "url_base": "kept", "apiKey": "k", "max_tokens": 8},
+            "roots": [["https://user:pw@host/a"], {"src": "s3://key@bucket/b"}],
             "wandb_entity": None,
         }
     )
     assert payload == {
         "MY_SECRET": REDACTED,
         "keyboard": "kept",
-        "groups": [{"auth_token": REDACTED, "lr": 1}],
-        "nested": {"client_secret": REDACTED, "url_base": "kept"},
+        "groups": [{"auth_token": REDACTED, "lr": 1, "password": REDACTED}],
+        "nested": {
+            "client_secret": REDACTED,
+            "url_base": "kept",
+            "apiKey": REDACTED,
+            "max_tokens": 8,
+        },
+        "roots": [["https://<redacted>@host/a"], {"src": "s3://<redacted>@bucket/b"}],
         "wandb_entity": None,
     }
     assert flat_params({"a": {"b": 1, "c": "x", "d": {}}, "e": [1], "f": None}) == {

@@ -9,14 +9,15 @@ def test_the_offline_run_holds_the_history_the_redacted_config_and_a_clean_exit(
 ):
     root = use_wandb_offline(tmp_path, monkeypatch)
     cfg = synthetic_cfg(tmp_path / "run", ["wandb"])
-    cfg.tags = ["smoke"]
+    cfg.tags = ["smoke", "https://user:not-a-real-pw@data.invalid/x"]
     cfg.discord_url = "https://discord.invalid/api/webhooks/1/not-a-real-token"
+    cfg.apiKey = "not-a-real-key"
     train(cfg)
 
     run = WandbRun(root, cfg.name)
     assert (run.run.run_id, run.run.display_name) == (cfg.name, cfg.name)
     assert run.run.project == "gatle-synthetic"
-    assert list(run.run.tags) == ["smoke"]
+    assert list(run.run.tags) == ["smoke", "https://<redacted>@data.invalid/x"]
 
     acc = run.series("valid/acc")
     assert [epoch for epoch, _ in acc] == [1, 2]
@@ -30,5 +31,6 @@ def test_the_offline_run_holds_the_history_the_redacted_config_and_a_clean_exit(
     assert run.config["max_epochs"] == 2
     assert run.config["train_ds_params"]["n"] == 512
     assert run.config["logger_name"] == ["wandb"]
-    assert run.config["discord_url"] == REDACTED
+    assert run.config["discord_url"] == run.config["apiKey"] == REDACTED
+    assert run.config["tags"] == list(run.run.tags)
     assert run.exit_code == 0

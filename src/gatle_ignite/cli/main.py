@@ -105,12 +105,13 @@ def _prepare(args: argparse.Namespace, path: str):
 
 def _check_configs(args: argparse.Namespace, paths: list[str]) -> int:
     from gatle_ignite.callbacks.logging import check_extra_installed
+    from gatle_ignite.callbacks.run_record import redacted_config_text
     from gatle_ignite.config.validate import check_dispatch
 
     for path in paths:
         print(f"===== {path} =====")
         cfg = _prepare(args, path)
-        print(cfg)
+        print(redacted_config_text(cfg))
         check_dispatch(cfg)
         # Here, not only when training builds the backends, which can be hours in a queue later.
         for backend in cfg.get("logger_name", None) or ():
@@ -164,8 +165,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         return _run_command(args)
     except ConfigError as error:
+        from gatle_ignite.callbacks.run_record import redact_text
+
+        # The last line of defence: a message built anywhere may quote a URL with credentials.
         print(file=sys.stderr)
-        print(f"config error: {error}", file=sys.stderr)
+        print(f"config error: {redact_text(str(error))}", file=sys.stderr)
         return 2
     except Preempted as preempted:
         # The checkpoint is written; the exit code tells a scheduler to run it again.

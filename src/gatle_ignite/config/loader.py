@@ -9,6 +9,7 @@ from typing import Optional, Union
 
 from ml_collections import config_dict
 
+from gatle_ignite.callbacks.run_record import redact_text, shown_value
 from gatle_ignite.config.base import OPTIONAL_KNOWN
 from gatle_ignite.dispatch import ConfigError
 
@@ -86,6 +87,18 @@ def _unknown_top_level(name: str) -> ConfigError:
     return ConfigError(f"cannot override unknown config field '{name}'\n  {advice}")
 
 
+def _refused_override(key: str, value, held, error: Exception) -> ConfigError:
+    """Why ml_collections refused ``value`` for field ``key``, showing no secret."""
+    shown = f"cannot override '{key}' with {shown_value(key, value)}"
+    if isinstance(error, ValueError):
+        # A dict value with a dotted key; the message names the key, not the value.
+        return ConfigError(f"{shown}: {redact_text(str(error))}")
+    return ConfigError(
+        f"{shown} (of type {type(value).__name__}): a field keeps the type of its first value.\n"
+        f"  Give a value of the type the field already holds ({type(held).__name__})."
+    )
+
+
 def _set_override(cfg, key: str, value) -> None:
     parts = key.split(".")
     container = cfg
@@ -113,12 +126,8 @@ def _set_override(cfg, key: str, value) -> None:
     try:
         container[leaf] = value
     except (TypeError, ValueError) as error:
-        # ml_collections locks a field to the type of its first value, and refuses some keys.
-        raise ConfigError(
-            f"cannot override '{key}' with {value!r}: {error}\n"
-            f"  Give a value of the type the field already holds "
-            f"({type(container[leaf]).__name__})."
-        ) from error
+        # Not chained: ml_collections' message on a type quotes the value, a secret perhaps.
+        raise _refused_override(key, value, container[leaf], error) from None
 
 
 def apply_overrides(

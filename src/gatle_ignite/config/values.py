@@ -7,6 +7,7 @@ and reports every bad field in one error. Fields a project adds are never checke
 import numbers
 from collections.abc import Mapping
 
+from gatle_ignite.callbacks.run_record import shown_value
 from gatle_ignite.dispatch import ConfigError
 
 __all__ = ["check_values"]
@@ -118,7 +119,8 @@ def _problems(container, rules, prefix=""):
             except TypeError:
                 ok = False
             if not ok:
-                yield f"{prefix}{field} must be {expected}, got {value!r}"
+                path = f"{prefix}{field}"
+                yield f"{path} must be {expected}, got {shown_value(path, value)}"
 
 
 def check_values(cfg) -> None:

@@ -5,7 +5,7 @@ from urllib.parse import urlsplit
 
 from gatle_ignite.callbacks.logging import Backend as BaseBackend
 from gatle_ignite.callbacks.logging import import_extra
-from gatle_ignite.callbacks.run_record import REDACTED
+from gatle_ignite.callbacks.run_record import REDACTED, redact_text
 from gatle_ignite.dispatch import ConfigError
 
 __all__ = ["Backend"]
@@ -34,13 +34,14 @@ class Backend(BaseBackend):
         self._send("Run started", [])
 
     def _scrub(self, message: str) -> str:
-        # requests quotes the URL (or its path, which holds the webhook token) in its errors.
+        # requests quotes the URL (or its path, which holds the webhook token) in its errors,
+        # and a proxy's URL, credentials included, in a ProxyError.
         parts = urlsplit(self.url)
         path = parts.path + (f"?{parts.query}" if parts.query else "")
         for secret in (self.url, path):
             if len(secret) > 1:
                 message = message.replace(secret, REDACTED)
-        return message
+        return redact_text(message)
 
     def _send(self, description: str, fields: list) -> None:
         payload = {

@@ -6,7 +6,7 @@ import time
 
 from gatle_ignite.callbacks.logging import Backend as BaseBackend
 from gatle_ignite.callbacks.logging import import_extra
-from gatle_ignite.callbacks.run_record import config_payload, flat_params
+from gatle_ignite.callbacks.run_record import config_payload, flat_params, redact_text
 
 __all__ = ["Backend"]
 
@@ -58,10 +58,11 @@ class Backend(BaseBackend):
         try:
             self.client.log_batch(self.run_id, metrics=batch)
         except Exception as err:
-            print(f"[mlflow] failed to log: {err}")
+            # The message may quote a tracking URI that carries credentials.
+            print(f"[mlflow] failed to log: {redact_text(str(err))}")
 
     def finish(self, failed=False):
         try:
             self.client.set_terminated(self.run_id, status="FAILED" if failed else "FINISHED")
         except Exception as err:
-            print(f"[mlflow] failed to close the run: {err}")
+            print(f"[mlflow] failed to close the run: {redact_text(str(err))}")

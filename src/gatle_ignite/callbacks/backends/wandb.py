@@ -2,7 +2,7 @@
 
 from gatle_ignite.callbacks.logging import Backend as BaseBackend
 from gatle_ignite.callbacks.logging import import_extra
-from gatle_ignite.callbacks.run_record import config_payload
+from gatle_ignite.callbacks.run_record import config_payload, redact_text
 
 __all__ = ["Backend"]
 
@@ -19,7 +19,7 @@ class Backend(BaseBackend):
             id=cfg.name,
             name=cfg.name,
             config=config_payload(cfg),
-            tags=list(cfg.tags),
+            tags=[redact_text(tag) for tag in cfg.tags],
             resume="allow",
             save_code=False,
             allow_val_change=True,
