@@ -7,8 +7,12 @@ the backends, ``gatle-ignite config`` and config error messages.
 import json
 import os
 import re
+from pathlib import Path
 
 from ml_collections import config_dict
+
+from gatle_ignite.run.layout import CONFIG_FILE
+from gatle_ignite.run.manifest import write_atomically
 
 __all__ = [
     "CONFIG_FILE",
@@ -27,7 +31,6 @@ __all__ = [
 # The original rule, kept within the new one so that no field it redacted is shown now.
 SECRET_SUFFIXES = ("_url", "_key", "_token", "_secret")
 REDACTED = "<redacted>"
-CONFIG_FILE = "config.json"
 
 # A name holding one of these words is a credential wherever the word stands.
 _SECRET_WORDS = frozenset(
@@ -130,11 +133,6 @@ def flat_params(payload: dict, prefix: str = "") -> dict:
 def write_config_json(cfg) -> str:
     """Write the redacted config to ``<save_dir>/config.json``; returns the path."""
     os.makedirs(cfg.save_dir, exist_ok=True)
-    path = os.path.join(cfg.save_dir, CONFIG_FILE)
-    partial = f"{path}.partial"
-    with open(partial, "w", encoding="utf-8") as handle:
-        json.dump(config_payload(cfg), handle, indent=2)
-        handle.write("\n")
-    # A crash mid-write must not leave a truncated config.json behind.
-    os.replace(partial, path)
-    return path
+    path = Path(cfg.save_dir) / CONFIG_FILE
+    write_atomically(path, json.dumps(config_payload(cfg), indent=2) + "\n")
+    return str(path)
