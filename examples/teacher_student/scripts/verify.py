@@ -5,12 +5,14 @@ Run from the repository root, after training (the teacher at least)::
     python examples/teacher_student/scripts/verify.py
     python -m examples.teacher_student.scripts.verify
 
-It builds the student config's trainer with ``max_epochs=12`` and no checkpoint writing (the
-real run's files stay as they are), inspects the teacher, trains, and inspects it again.
+It builds the student config's trainer with ``max_epochs=12``, no checkpoint writing and a run
+directory of its own (the real run's files stay as they are), inspects the teacher, trains, and
+inspects it again.
 ``main()`` returns the exit code instead of exiting, because ``negative_controls.py`` calls it.
 """
 
 import hashlib
+import shutil
 import sys
 from pathlib import Path
 
@@ -26,6 +28,7 @@ from gatle_ignite.dispatch import import_entrypoint
 CONFIG = Path(__file__).resolve().parents[1] / "configs" / "teacher_student_v0.py"
 TRAIN_COMMAND = "gatle-ignite train --config=examples/teacher_student/configs/teacher_student_v0.py"
 MAX_EPOCHS = 12
+VERIFY_DIR = Path(__file__).resolve().parents[1] / "checkpoints" / "verify"
 
 MIN_TEACHER_ACC = 0.5
 MAX_FRESH_ACC = 0.25
@@ -171,6 +174,9 @@ def main(argv=None):
         return 1
     cfg.max_epochs = MAX_EPOCHS
     cfg.save_ckpt = False
+    # A run directory of its own: the student's holds the real run.
+    cfg.save_dir = str(VERIFY_DIR)
+    shutil.rmtree(VERIFY_DIR, ignore_errors=True)
 
     trainer_cls = import_entrypoint(cfg.main_runner, "Trainer", field="main_runner")
     task = trainer_cls(0, cfg).setup()

@@ -201,17 +201,16 @@ class RunDirectory:
             if entries:
                 self._replace_or_refuse(found, entries)
             return self._start(payload)
-        manifest = self._adopt(found, entries, payload)
         if not any(e.resumable for e in entries):
             if entries:
-                self._replace_or_refuse(manifest, entries)
+                self._replace_or_refuse(found, entries)
             warnings.warn(
                 f"resume=True but {self.path} has no {LATEST_PREFIX}* or {LATEST_ITER_PREFIX}* "
                 f"checkpoint, so the run starts from scratch.",
                 stacklevel=4,
             )
             return self._start(payload)
-        return self._resume(manifest, payload)
+        return self._resume(self._adopt(found, entries, payload), payload)
 
     def _remove_interrupted_writes(self) -> None:
         if not self.path.is_dir():

@@ -462,7 +462,8 @@ class BaseTrainer:
         if self._built:
             return self
         cfg = self.cfg
-        if "run" not in cfg:
+        # Training claims save_dir before writing a byte there; a finished run stays untouched.
+        if "run" not in cfg and self._open_run().action != "nothing":
             from gatle_ignite.callbacks.logging import LoggingCallback
 
             self.logger = LoggingCallback(cfg)
@@ -487,8 +488,7 @@ class BaseTrainer:
 
     def fit(self):
         """Train: open the run directory, set up, load (weights, resume), run, tear down."""
-        self.run_dir = RunDirectory(self.cfg)
-        plan = self.run_dir.open()
+        plan = self._open_run()
         if plan.action == "nothing":
             rank_zero_print(plan.message)
             return self
@@ -511,6 +511,13 @@ class BaseTrainer:
         finally:
             self.run_dir.close(*self._end_state(), trainer=self._trainer())
         return self
+
+    def _open_run(self):
+        """Open the run directory once (lock, checks, resume choice); returns its plan."""
+        if self.run_dir is None:
+            self.run_dir = RunDirectory(self.cfg)
+            self.run_dir.open()
+        return self.run_dir.plan
 
     def _trainer(self):
         return self.engines.get("trainer")
