@@ -197,7 +197,9 @@ def test_extra_state_round_trips_through_save_resume_and_eval(make_cfg, tmp_path
     CountingTrainer(0, cfg).fit()
     latest = find_latest_checkpoint(tmp_path / "run")
     assert torch.load(latest, weights_only=True)["counter"] == {"value": 3}
-    resumed = CountingTrainer(0, make_cfg(max_epochs=1, every_val=0, resume=True))
+    resumed = CountingTrainer(
+        0, make_cfg(max_epochs=1, every_val=0, resume=True, train_ds_params={"n": 48, "bs": 16})
+    )
     resumed.setup()
     from gatle_ignite.trainer.checkpointing import load_checkpoints
 

@@ -486,3 +486,39 @@ def test_a_04_run_directory_without_a_manifest_resumes(tmp_path, cli):
     code, out, _err = cli("train", config, "resume=True", "max_epochs=3")
     assert code == 0 and "latest_epoch_checkpoint_2.pt" in out and "TRAIN epoch 3" in out
     assert _indexed(tmp_path / "toy") == _on_disk(tmp_path / "toy")
+
+
+# ---- gatle-ignite status ----
+
+
+def _status(save_dir, capsys) -> tuple:
+    code = main(["status", str(save_dir)])
+    return code, capsys.readouterr().out
+
+
+def test_status_says_what_a_run_directory_holds(tmp_path, cli, capsys):
+    assert cli("train", _config(tmp_path))[0] == 0
+    code, out = _status(tmp_path / "toy", capsys)
+    assert code == 0
+    assert "state:    completed" in out and "latest_epoch_checkpoint_2.pt" in out
+
+
+def test_status_exits_75_for_a_preempted_or_killed_run_and_1_for_a_failed_one(
+    tmp_path, cli, capsys
+):
+    config = _config(tmp_path, max_epochs=1)
+    assert cli("train", config)[0] == 0
+    manifest = _manifest(tmp_path / "toy")
+    shown = {"preempted": "preempted", "running": "interrupted", "failed": "failed"}
+    for state, expected in (("preempted", 75), ("running", 75), ("failed", 1), ("diverged", 1)):
+        manifest["state"] = state
+        (tmp_path / "toy" / MANIFEST_FILE).write_text(json.dumps(manifest))
+        code, out = _status(tmp_path / "toy", capsys)
+        assert code == expected, state
+        # "running" with no live holder: the process was killed.
+        assert f"state:    {shown.get(state, state)}" in out
+
+
+def test_status_of_a_directory_without_a_run_is_a_config_error(tmp_path, capsys):
+    assert main(["status", str(tmp_path)]) == 2
+    assert "holds no gatle-ignite run" in capsys.readouterr().err

@@ -22,6 +22,7 @@ usage forms:
   gatle-ignite train --config=CFG.py[,CFG2.py...] [--override KEY=VALUE]...
   gatle-ignite eval --config=CFG.py [--ckpt best|latest|PATH] [--override KEY=VALUE]...
   gatle-ignite config --config=CFG.py[,CFG2.py...] [--override KEY=VALUE]...
+  gatle-ignite status SAVE_DIR
 """
 
 
@@ -71,6 +72,11 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="best|latest|PATH",
         help="the best checkpoint, the furthest-trained one, or a checkpoint file",
     )
+
+    status = commands.add_parser(
+        "status", help="show a run directory's state; exit 0 finished, 75 resumable, 1 failed"
+    )
+    status.add_argument("save_dir", help="the run's save_dir")
 
     check = commands.add_parser("config", help="print and check configs without training")
     _add_config_args(check, "config file, or comma-separated files")
@@ -154,6 +160,10 @@ def _run_command(args: argparse.Namespace) -> int:
         from gatle_ignite.cli.init import init_project
 
         return init_project(args.name, args.directory, args.force)
+    if args.command == "status":
+        from gatle_ignite.cli.status import run_status
+
+        return run_status(args.save_dir)
     return _CONFIG_COMMANDS[args.command](args, _split_paths(args.config))
 
 

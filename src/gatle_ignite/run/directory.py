@@ -277,10 +277,11 @@ class RunDirectory:
         length = engine.get("epoch_length") or manifest.epoch_length
         iteration = engine.get("iteration", entry.iteration) or 0
         self._check_max_epochs(iteration, length)
+        self._loaded = (str(self.path / entry.file), state)
         finished = self._finished(manifest, payload, iteration, length)
         if finished:
             self.lock.release()
-            return Plan("nothing", message=finished)
+            return Plan("nothing", message=finished, checkpoint=str(self.path / entry.file))
         if accepted:
             manifest.accepted_changes.append({"iteration": iteration, "changes": accepted})
             manifest.config = payload
@@ -289,7 +290,6 @@ class RunDirectory:
         manifest.max_epochs = self.cfg.max_epochs
         self.manifest = manifest
         self._begin()
-        self._loaded = (str(self.path / entry.file), state)
         return Plan("resume", checkpoint=str(self.path / entry.file), accepted=sorted(accepted))
 
     def _check_changes(self, manifest: Manifest, payload: dict) -> dict:
@@ -345,8 +345,9 @@ class RunDirectory:
     # ---- the resumed checkpoint ----
 
     def resume_checkpoint(self):
-        """``(path, state)`` of the checkpoint this run resumes from; None for a fresh run."""
-        if self.plan is None or self.plan.action != "resume":
+        """``(path, state)`` of the checkpoint this run resumes from (or, finished, ended on);
+        None for a fresh run."""
+        if self.plan is None or self.plan.checkpoint is None:
             return None
         if self._loaded is not None:
             loaded, self._loaded = self._loaded, None

@@ -17,10 +17,10 @@ from gatle_ignite.run.layout import LOCK_FILE
 
 try:
     import fcntl
-except ImportError:  # not a POSIX system: no lock, said once at acquire()
+except ImportError:  # not a POSIX system: no lock, only the holder's note
     fcntl = None
 
-__all__ = ["RunLock"]
+__all__ = ["RunLock", "holder"]
 
 
 class RunLock:
@@ -29,6 +29,7 @@ class RunLock:
     def __init__(self, save_dir):
         self.path = Path(save_dir) / LOCK_FILE
         self._handle = None
+        self._noted = False
 
     def acquire(self) -> None:
         if fcntl is None:
@@ -39,7 +40,7 @@ class RunLock:
         try:
             fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
-            holder = self._holder(handle)
+            holder = _describe(_read_note(handle))
             handle.close()
             raise ConfigError(
                 f"{self.path.parent} is in use by another gatle-ignite process ({holder}).\n"
@@ -56,19 +57,56 @@ class RunLock:
         self._handle.truncate()
         self._handle.write(json.dumps(note) + "\n")
         self._handle.flush()
+        self._noted = True
 
     def release(self) -> None:
         if self._handle is not None:
+            if self._noted:
+                # A note left behind would name a process that no longer holds the directory.
+                self._handle.truncate(0)
             self._handle.close()
             self._handle = None
+            self._noted = False
 
-    @staticmethod
-    def _holder(handle) -> str:
-        handle.seek(0)
-        try:
-            note: Optional[dict] = json.loads(handle.read() or "null")
-        except ValueError:
-            note = None
-        if not isinstance(note, dict):
-            return "it is still starting"
-        return f"pid {note.get('pid')} on {note.get('host')}: {note.get('command')}"
+
+def holder(save_dir) -> Optional[dict]:
+    """The live process that holds ``save_dir`` (``pid``, ``host``, ``command``), or None.
+
+    Read without locking, so asking never gets in a starting run's way. A process on another
+    host cannot be checked from here and counts as live.
+    """
+    try:
+        with open(Path(save_dir) / LOCK_FILE, encoding="utf-8") as handle:
+            note = _read_note(handle)
+    except OSError:
+        return None
+    if note is None:
+        return None
+    if note.get("host") == socket.gethostname() and not _alive(note.get("pid")):
+        return None
+    return note
+
+
+def _alive(pid) -> bool:
+    try:
+        os.kill(int(pid), 0)
+    except PermissionError:
+        return True  # it exists, under another user
+    except (OSError, TypeError, ValueError):
+        return False
+    return True
+
+
+def _read_note(handle) -> Optional[dict]:
+    handle.seek(0)
+    try:
+        note = json.loads(handle.read() or "null")
+    except ValueError:
+        return None
+    return note if isinstance(note, dict) else None
+
+
+def _describe(note: Optional[dict]) -> str:
+    if note is None:
+        return "it is still starting"
+    return f"pid {note.get('pid')} on {note.get('host')}: {note.get('command')}"

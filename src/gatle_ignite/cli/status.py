@@ -1,0 +1,65 @@
+"""``gatle-ignite status SAVE_DIR``: what a run directory holds, and an exit code to act on.
+
+The exit code is for job scripts: 0 the run is finished (completed or stopped early), 75 it
+can be continued with ``resume=True`` (preempted, or killed without a word), 1 it failed or
+diverged, 3 a live process is training it now.
+"""
+
+from pathlib import Path
+
+from gatle_ignite.dispatch import ConfigError
+from gatle_ignite.run.lock import holder
+from gatle_ignite.run.manifest import Manifest
+from gatle_ignite.trainer.preemption import EXIT_PREEMPTED
+
+__all__ = ["run_status"]
+
+EXIT_FINISHED, EXIT_FAILED, EXIT_RUNNING = 0, 1, 3
+_EXIT_CODES = {
+    "completed": EXIT_FINISHED,
+    "early-stopped": EXIT_FINISHED,
+    "preempted": EXIT_PREEMPTED,
+    "interrupted": EXIT_PREEMPTED,
+    "failed": EXIT_FAILED,
+    "diverged": EXIT_FAILED,
+    "running": EXIT_RUNNING,
+}
+
+
+def _read(save_dir: Path) -> Manifest:
+    try:
+        manifest = Manifest.read(save_dir)
+    except (ValueError, TypeError) as error:
+        raise ConfigError(f"{save_dir}/run.json cannot be read: {error}") from error
+    if manifest is None:
+        raise ConfigError(
+            f"{save_dir} holds no gatle-ignite run (no run.json).\n"
+            f"  Give the save_dir of a run; a 0.4 run directory gets one at its next resume."
+        )
+    return manifest
+
+
+def _checkpoint_line(entry) -> str:
+    where = f"epoch {entry.epoch}, iteration {entry.iteration}"
+    score = f", score {entry.score:.4f}" if entry.score is not None else ""
+    return f"  {entry.file}  ({where}{score})"
+
+
+def run_status(save_dir) -> int:
+    """Print the run in ``save_dir`` and return the exit code its state calls for."""
+    save_dir = Path(save_dir)
+    manifest = _read(save_dir)
+    state, live = manifest.state, holder(save_dir)
+    if state == "running" and live is None:
+        state = "interrupted"
+    reason = f" ({manifest.stop_reason})" if manifest.stop_reason else ""
+    print(f"run:      {manifest.name} (id {manifest.run_id}) in {save_dir}")
+    print(f"state:    {state}{reason}")
+    if live is not None:
+        print(f"held by:  pid {live.get('pid')} on {live.get('host')}: {live.get('command')}")
+    print(f"trained:  epoch {manifest.trained_epoch}, iteration {manifest.trained_iteration}")
+    print(f"config:   {manifest.config_fingerprint}, last written {manifest.updated}")
+    print("checkpoints:")
+    for entry in sorted(manifest.checkpoints, key=lambda e: (e.kind, e.progress_key())):
+        print(_checkpoint_line(entry))
+    return _EXIT_CODES.get(state, EXIT_FAILED)
