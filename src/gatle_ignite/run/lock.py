@@ -23,50 +23,76 @@ except ImportError:  # not a POSIX system: no lock, only the holder's note
 __all__ = ["RunLock", "holder"]
 
 
+class _Held:
+    """An acquired lock file and the RunLocks of this process that share it."""
+
+    def __init__(self, handle):
+        self.handle = handle
+        self.users = 0
+        self.noted = False
+
+
+# The locks this process holds, by lock file: a second trainer of the same process on the same
+# save_dir (a script building two to compare them) shares the lock instead of refusing itself.
+_HELD: dict = {}
+
+
+def _lock(path: Path):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # Appending: opening must not erase the holder's note before we know we hold the lock.
+    handle = open(path, "a+", encoding="utf-8")
+    try:
+        fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        holder_text = _describe(_read_note(handle))
+        handle.close()
+        raise ConfigError(
+            f"{path.parent} is in use by another gatle-ignite process ({holder_text}).\n"
+            f"  Wait for it to finish, stop it, or give this run its own save_dir."
+        ) from None
+    return handle
+
+
 class RunLock:
     """The lock on one ``save_dir``; ``acquire`` refuses at once when another process holds it."""
 
     def __init__(self, save_dir):
-        self.path = Path(save_dir) / LOCK_FILE
-        self._handle = None
-        self._noted = False
+        self.path = (Path(save_dir) / LOCK_FILE).absolute()
+        self._held = None
 
     def acquire(self) -> None:
-        if fcntl is None:
+        if fcntl is None or self._held is not None:
             return
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        # Appending: opening must not erase the holder's note before we know we hold the lock.
-        handle = open(self.path, "a+", encoding="utf-8")
-        try:
-            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            holder = _describe(_read_note(handle))
-            handle.close()
-            raise ConfigError(
-                f"{self.path.parent} is in use by another gatle-ignite process ({holder}).\n"
-                f"  Wait for it to finish, stop it, or give this run its own save_dir."
-            ) from None
-        self._handle = handle
+        held = _HELD.get(self.path)
+        if held is None:
+            held = _HELD[self.path] = _Held(_lock(self.path))
+        held.users += 1
+        self._held = held
 
     def note_holder(self) -> None:
         """Say in the lock file who holds it; done once the run is sure to start."""
-        if self._handle is None:
+        if self._held is None:
             return
         note = {"pid": os.getpid(), "host": socket.gethostname(), "command": " ".join(sys.argv)}
-        self._handle.seek(0)
-        self._handle.truncate()
-        self._handle.write(json.dumps(note) + "\n")
-        self._handle.flush()
-        self._noted = True
+        handle = self._held.handle
+        handle.seek(0)
+        handle.truncate()
+        handle.write(json.dumps(note) + "\n")
+        handle.flush()
+        self._held.noted = True
 
     def release(self) -> None:
-        if self._handle is not None:
-            if self._noted:
-                # A note left behind would name a process that no longer holds the directory.
-                self._handle.truncate(0)
-            self._handle.close()
-            self._handle = None
-            self._noted = False
+        held, self._held = self._held, None
+        if held is None:
+            return
+        held.users -= 1
+        if held.users:
+            return
+        del _HELD[self.path]
+        if held.noted:
+            # A note left behind would name a process that no longer holds the directory.
+            held.handle.truncate(0)
+        held.handle.close()
 
 
 def holder(save_dir) -> Optional[dict]:
