@@ -141,6 +141,7 @@ def test_a_nan_loss_on_one_rank_stops_every_rank_at_that_iteration(tmp_path):
         max_epochs=3,
         fault_nan_rank=1,
         fault_nan_from=3,
+        check_every=1,
     )
     _ok(_cli("train", f"--config={config}", "--override=nproc_per_node=2", *GLOO))
     assert [(p["epoch"], p["iteration"]) for p in _probes(save_dir)] == [(1, 3), (1, 3)]

@@ -22,7 +22,8 @@ class SignalledAt(Trainer):
     def prep_batch(self, batch, split="train", **kwargs):
         trainer = self.engines["trainer"]
         if split == "train":
-            watched = trainer.has_event_handler(self._stop_if_preempted, Events.ITERATION_COMPLETED)
+            stop = self._preemption.at_iteration
+            watched = trainer.has_event_handler(stop, Events.ITERATION_COMPLETED)
             self.watched_before_signal.append(watched)
             if trainer.state.iteration == self.at:
                 os.kill(os.getpid(), signal.SIGTERM)

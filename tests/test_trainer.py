@@ -379,19 +379,24 @@ def _finite_until(iteration, last, bad):
         (lambda i: {"loss": torch.tensor(1.0), "loss_aux": torch.tensor(float("nan"))}, 1),
         # A one-term total is its term (one tensor, checked once); inf stops as NaN does.
         (lambda i: dict.fromkeys(("loss", "loss_ce"), torch.tensor(_finite_until(i, 2, "inf"))), 3),
-        # Plain numbers and per-sample tensors take ignite's own check.
+        # Plain numbers and per-sample tensors are checked too.
         (lambda i: {"loss": 1.0, "loss_px": torch.tensor([1.0, _finite_until(i, 1, "nan")])}, 2),
         (lambda i: {"loss": torch.tensor(0.5, requires_grad=True) * 2}, None),
     ],
 )
-def test_the_nan_check_stops_at_the_first_non_finite_loss(losses, stops_at):
+@pytest.mark.parametrize("every", [1, 8])
+def test_the_nan_check_stops_at_the_first_non_finite_loss(losses, stops_at, every):
     from ignite.engine import Engine
 
-    from gatle_ignite.trainer.base import _step_losses, _TerminateOnNan
+    from gatle_ignite.trainer.handlers import NonFiniteCheck
 
     engine = Engine(lambda e, batch: {"losses": losses(e.state.iteration)})
-    engine.add_event_handler(
-        Events.ITERATION_COMPLETED, _TerminateOnNan(output_transform=_step_losses)
-    )
+    check = NonFiniteCheck(every=every)
+    check.attach(engine)
     engine.run(range(5), max_epochs=1)
-    assert engine.state.iteration == (stops_at or 5)
+    assert check.first_bad == stops_at
+    if every == 1:
+        assert engine.state.iteration == (stops_at or 5)
+    else:
+        # Read at the epoch's end: the run stops there, naming the first bad iteration.
+        assert engine.state.iteration == 5

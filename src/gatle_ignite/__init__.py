@@ -9,13 +9,13 @@ import importlib
 _EXPORTS = {
     "BaseTrainer": "gatle_ignite.trainer.base",
     "ConfigError": "gatle_ignite.dispatch",
-    "EngineSpec": "gatle_ignite.trainer.specs",
+    "EngineSpec": "gatle_ignite.specs",
     "base_config": "gatle_ignite.config.base",
     "build_dataloader": "gatle_ignite.data.helpers",
     "get_aug": "gatle_ignite.data.helpers",
     "get_dataset": "gatle_ignite.data.helpers",
     "get_value": "gatle_ignite.utils.batch",
-    "load_weights": "gatle_ignite.utils.checkpoints",
+    "load_weights": "gatle_ignite.run.loading",
     "to_device": "gatle_ignite.utils.batch",
 }
 

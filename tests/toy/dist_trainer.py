@@ -2,8 +2,9 @@
 
 It writes what each rank saw to ``<save_dir>/probe_rank<r>.json`` when training ends, and can
 inject faults chosen by project fields of the config: ``fault_nan_rank`` / ``fault_nan_from``
-(a NaN loss on one rank from that iteration on) and ``fault_crash_rank`` / ``fault_crash_at``
-(an exception on one rank at that iteration), ``fault_abort_at_exit_rank`` (that rank aborts
+(a NaN loss on one rank from that iteration on), ``fault_crash_rank`` / ``fault_crash_at``
+(an exception on one rank at that iteration), ``fault_sigterm_rank`` / ``fault_sigterm_at`` (that
+rank signals itself SIGTERM at that iteration), ``fault_abort_at_exit_rank`` (that rank aborts
 at interpreter exit, after its run is done, as gloo sometimes does); ``ballast_mb`` adds that
 much extra state to every checkpoint, so that writing one takes long enough to be interrupted.
 """
@@ -11,6 +12,7 @@ much extra state to every checkpoint, so that writing one takes long enough to b
 import atexit
 import json
 import os
+import signal
 from pathlib import Path
 
 import ignite.distributed as idist
@@ -79,6 +81,8 @@ class Trainer(ToyTrainer):
             raise RuntimeError(f"injected crash on rank {rank} at iteration {iteration}")
         if rank == cfg.get("fault_nan_rank", -1) and iteration >= cfg.get("fault_nan_from", 0):
             loss = loss * float("nan")
+        if rank == cfg.get("fault_sigterm_rank", -1) and iteration == cfg.get("fault_sigterm_at"):
+            os.kill(os.getpid(), signal.SIGTERM)
         return loss, parts
 
     def _write_probe(self, engine):

@@ -147,10 +147,14 @@ class LoggingCallback:
 
         @trainer.on(Events.EPOCH_COMPLETED(every=1))
         def _log_train_metrics(engine):
-            self._log(_flatten(engine.state.metrics), epoch=engine.state.epoch)
+            # A run stopped at this point (a non-finite loss) has nothing good to log.
+            if not engine.should_terminate:
+                self._log(_flatten(engine.state.metrics), epoch=engine.state.epoch)
 
         @trainer.on(Events.ITERATION_COMPLETED(every=self.cfg.log_every))
         def _log_lr(engine):
+            if engine.should_terminate:
+                return
             lrs = {f"train/lr_{i}": group["lr"] for i, group in enumerate(optimizer.param_groups)}
             self._log(lrs, step=engine.state.iteration, epoch=engine.state.epoch)
 
@@ -162,6 +166,8 @@ class LoggingCallback:
 
         @trainer.on(Events.ITERATION_COMPLETED(every=self.cfg.log_every))
         def _log_grad_norm(engine):
+            if engine.should_terminate:
+                return
             self._log(
                 {"train/grad_norm": _grad_norm(model)},
                 step=engine.state.iteration,

@@ -57,6 +57,9 @@ def base_config() -> config_dict.ConfigDict:
     cfg.grad_clip_norm = placeholder(float)
     cfg.grad_clip_value = placeholder(float)
     cfg.accum_steps = 1
+    # Iterations between reads of the losses from the device; unset = 1 for one CPU process,
+    # else the trainer's default.
+    cfg.check_every = placeholder(int)
 
     cfg.max_epochs = 1
     cfg.every_val = 1

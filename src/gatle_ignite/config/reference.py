@@ -104,6 +104,13 @@ FIELD_DOCS: dict[str, str] = {
         "divided by the window; clipping applies to the accumulated gradient; windows never "
         "cross an epoch's end."
     ),
+    "check_every": (
+        "Iterations between reads of the losses from the device (and, under DDP, the all-reduce "
+        "that makes ranks agree on a non-finite loss or a preemption). Between reads no step "
+        "waits for the device. A non-finite loss is still reported at the exact iteration it "
+        "appeared, and a read is forced before anything is saved, evaluated or logged. Unset: 1 "
+        "for one process on the CPU, where a read is free, else 32."
+    ),
     # ---- training loop ----
     "max_epochs": (
         "Training epochs. It also fixes the length of the built-in LR schedules, so keep it "
@@ -287,6 +294,7 @@ FIELD_GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "grad_clip_norm",
             "grad_clip_value",
             "accum_steps",
+            "check_every",
         ),
     ),
     (

@@ -11,7 +11,7 @@ from gatle_ignite.config.base import REQUIRED_FIELDS
 from gatle_ignite.config.values import check_values
 from gatle_ignite.dispatch import ConfigError
 from gatle_ignite.enhancements.compile import check_compile_value
-from gatle_ignite.trainer.specs import EVAL_SPECS, EngineSpec
+from gatle_ignite.specs import EVAL_SPECS, EngineSpec
 
 __all__ = ["check_dispatch", "validate_config"]
 

@@ -35,7 +35,7 @@ _RULES = (
         "an int >= 0 (0 turns it off)",
     ),
     (
-        ("train_length", "val_length", "test_length"),
+        ("train_length", "val_length", "test_length", "check_every"),
         lambda v: v is None or (_is_int(v) and v >= 1),
         "None (the whole loader) or an int >= 1",
     ),

@@ -10,6 +10,7 @@ import json
 import math
 import shutil
 import warnings
+import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
@@ -167,6 +168,8 @@ class RunDirectory:
         self.cfg = cfg
         self.path = Path(cfg.save_dir)
         self.lock = RunLock(self.path)
+        # A trainer built by a script and dropped without fit() lets go of the directory.
+        weakref.finalize(self, self.lock.release)
         self.manifest: Optional[Manifest] = None
         self.plan: Optional[Plan] = None
         # Rank 0 keeps the resume checkpoint it loaded while deciding, to load it only once.

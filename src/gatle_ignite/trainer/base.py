@@ -1,19 +1,12 @@
 """BaseTrainer: the training loop, so a task does not have to contain one."""
 
 import contextlib
-import gc
-import math
-import numbers
-import sys
-import time
 import warnings
 from functools import partial
 
 import ignite.distributed as idist
 import torch
 from ignite.engine import Engine, Events
-from ignite.handlers import TerminateOnNan
-from ignite.metrics import Average
 
 from gatle_ignite.config.validate import validate_config
 from gatle_ignite.data.helpers import ExactDistributedSampler, get_aug, get_dataset
@@ -22,20 +15,24 @@ from gatle_ignite.enhancements.compile import check_build_model_override, compil
 from gatle_ignite.enhancements.early_stop import build_early_stoppers
 from gatle_ignite.run.directory import RunDirectory
 from gatle_ignite.schedulers import attach_scheduler, prep_scheduler
+from gatle_ignite.specs import EVAL_SPECS, TRAIN_SPEC
 from gatle_ignite.trainer.checkpointing import (
     attach_checkpoints,
     load_checkpoints,
     load_eval_checkpoint,
+    save_iteration_checkpoint,
     score_function,
 )
-from gatle_ignite.trainer.preemption import REQUEST as PREEMPTION
-from gatle_ignite.trainer.preemption import (
-    Preempted,
-    preemption_signals,
-    shield_workers,
-    signal_name,
+from gatle_ignite.trainer.handlers import (
+    LossAverage,
+    NonFiniteCheck,
+    PreemptionStop,
+    clear_state,
+    empty_cuda_cache,
+    progress_printer,
 )
-from gatle_ignite.trainer.specs import EVAL_SPECS, TRAIN_SPEC
+from gatle_ignite.trainer.preemption import REQUEST as PREEMPTION
+from gatle_ignite.trainer.preemption import Preempted, preemption_signals, shield_workers
 from gatle_ignite.utils.amp import autocast_device_type, resolve_amp_dtype
 from gatle_ignite.utils.dist import quiet_ignite_loggers, rank_zero_print
 from gatle_ignite.utils.seed import setup_seed
@@ -47,168 +44,9 @@ except ImportError:  # ignite 0.4.x
 
 __all__ = ["BaseTrainer"]
 
-
-def _to_float(value) -> float:
-    # item() reads a tensor needing grad without detach()'s new tensor (or float()'s warning).
-    return value.item() if isinstance(value, torch.Tensor) else float(value)
-
-
-def _step_losses(output):
-    return output.get("losses", {})
-
-
-def _losses_on_every_rank(output):
-    """The step's losses for TerminateOnNan under DDP: one all-reduced sum, so all ranks stop.
-
-    The same all-reduce carries this rank's preemption request, so every rank agrees on it
-    without a collective of its own.
-    """
-    losses = output.get("losses", {})
-    local = [sum(_to_float(v) for v in losses.values()), float(PREEMPTION.received)]
-    total, requests = idist.all_reduce(torch.tensor(local, dtype=torch.float64)).tolist()
-    PREEMPTION.agreed = requests > 0
-    return total
-
-
-class _TerminateOnNan(TerminateOnNan):
-    """ignite's TerminateOnNan, with a fast path for what a step reports: scalar losses.
-
-    One item() per distinct loss tensor (the total of a one-term composite is its term)
-    instead of isfinite/all/bool tensor ops; anything else (a tensor of several values, a
-    nested structure) goes through ignite's own check.
-    """
-
-    stopped = False
-
-    def __call__(self, engine):
-        output = self._output_transform(engine.state.output)
-        checked = None
-        for value in output.values() if isinstance(output, dict) else (output,):
-            if value is checked:
-                continue
-            if isinstance(value, torch.Tensor) and value.numel() == 1:
-                checked = value
-                value = value.item()
-            elif not isinstance(value, numbers.Number):
-                super().__call__(engine)
-                self.stopped = bool(engine.should_terminate)
-                return
-            if not math.isfinite(value):
-                self.logger.warning(
-                    f"TerminateOnNan: Output '{output}' contains NaN or Inf. Stop training"
-                )
-                self.stopped = True
-                engine.terminate()
-                return
-
-
-class _LossAverage(Average):
-    """ignite's Average of a loss, folded once per epoch instead of once per iteration.
-
-    Each step's detached loss is kept as it is (on its device) and summed at compute(), so a
-    step costs a list append: no tensor op, and on a GPU no copy to the host.
-    """
-
-    def __init__(self, key):
-        self.key = key
-        super().__init__(output_transform=_loss_selector(key))
-
-    def reset(self):
-        super().reset()
-        self._pending = []
-
-    def iteration_completed(self, engine):
-        # What ignite's version does for a loss, without its no_grad region, output parsing
-        # and reinit wrapper: a step's scalar loss goes straight onto the list. Anything else
-        # (a number, per-sample losses) takes ignite's own path and rules.
-        value = engine.state.output["losses"][self.key]
-        if isinstance(value, torch.Tensor) and value.dim() == 0:
-            self._pending.append(value.detach())
-            self.num_examples += 1
-        else:
-            super().iteration_completed(engine)
-
-    def compute(self):
-        if self._pending:
-            total = torch.stack(self._pending).to(self.accumulator).sum()
-            self.accumulator = self.accumulator + total
-            self._pending = []
-        return super().compute()
-
-
-def _clear_state(engine):
-    engine.state.output = None
-    engine.state.batch = None
-
-
-def empty_cuda_cache(engine=None):
-    """Hand cached CUDA blocks back between phases.
-
-    The collection frees reference cycles that pin device tensors, so it only runs when there is
-    a CUDA cache to release: on CPU the allocator returns memory itself and a full ``gc.collect``
-    per engine per epoch costs more than a small task's training.
-    """
-    if not torch.cuda.is_available():
-        return
-    gc.collect()
-    torch.cuda.empty_cache()
-
-
-class _Timestamp:
-    """``time.strftime`` of the current second, formatted once per second.
-
-    Inside a training loop strftime's locale and time-zone code runs cold: ~20 us a call there
-    against 0.25 us alone (``python -m bench.in_loop strftime``).
-    """
-
-    def __init__(self):
-        self._second = None
-        self._text = ""
-
-    def __call__(self) -> str:
-        now = time.time()
-        second = int(now)
-        if second != self._second:
-            self._second = second
-            self._text = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(now))
-        return self._text
-
-
-def _progress_printer(label, every=1):
-    """A text progress line every ``every`` iterations; attached on rank 0 only.
-
-    The cadence is checked here rather than by an ignite event filter, whose per-iteration
-    dispatch costs more than this check.
-    """
-    if not isinstance(every, int) or every < 1:
-        raise ValueError(f"{label} progress: every must be a positive integer, got {every!r}")
-    stamp = _Timestamp()
-    # (done, length) -> "(0.30) - 3/10": the same few positions recur every epoch.
-    positions = {}
-
-    def position(done, length):
-        key = (done, length)
-        text = positions.get(key)
-        if text is None:
-            text = positions[key] = f"({done / length:.2f}) - {done}/{length}"
-        return text
-
-    def report(engine):
-        state = engine.state
-        if state.iteration % every:
-            return
-        length = state.epoch_length
-        if length:
-            where = position(((state.iteration - 1) % length) + 1, length)
-        else:
-            where = f"(?) - {state.iteration}/{length}"
-        # One write, where print() makes two: unbuffered (PYTHONUNBUFFERED, as clusters and
-        # containers run), each is a system call. Like print(), nothing when the process has no
-        # stdout (a daemon, pythonw).
-        if sys.stdout is not None:
-            sys.stdout.write(f"[{stamp()}] {label} epoch {state.epoch}: {where}\n")
-
-    return report
+# check_every when the config leaves it unset and a read from the device is not free (a GPU, or
+# several ranks, where the check's all-reduce is the cost): see bench/README.md, "host reads".
+DEFAULT_CHECK_EVERY = 32
 
 
 class BaseTrainer:
@@ -229,8 +67,6 @@ class BaseTrainer:
         self.device_type = autocast_device_type()
         # This rank's device, for a task that creates tensors (torch.randn in a sampler).
         self.device = idist.device()
-        # Fixed for the run; idist re-detects it on every call outside a distributed world.
-        self._world_size = idist.get_world_size()
         self.model = None
         # What build_model resolved cfg.compile to; None until it has run.
         self._compiling = None
@@ -254,13 +90,14 @@ class BaseTrainer:
         # a run resume at any iteration exactly. Both None when nothing is checkpointed.
         self._latest_iter = None
         self._resumable = None
-        # Set when a score goes non-finite, so nothing after it in that epoch is saved.
+        # Set when a loss or a score goes non-finite, so nothing after it is saved.
         self._diverged = False
-        # checkpoint key -> EarlyStop; setup() fills it before anything is checkpointed.
+        # checkpoint key -> EarlyStop. setup() fills it before anything is checkpointed.
         self._early_stoppers = {}
-        # The non-finite loss check attach_runner() adds, and the run directory fit() opens.
-        self._nan_check = None
+        # The run directory fit() opens, and the handlers attach_runner() adds to the trainer.
         self.run_dir = None
+        self._nan_check = None
+        self._preemption = None
         self._built = False
 
     # ---- Hooks: what a task writes ----
@@ -357,11 +194,12 @@ class BaseTrainer:
         ``loss`` arrives already divided by the window. An override must honour ``step``.
         """
         model, optimizer = self.model, self.optimizer
+        clipping = self.grad_clip_value is not None or self.grad_clip_norm is not None
         if self.scaler is not None:
             self.scaler.scale(loss).backward()
             if not step:
                 return
-            if self.grad_clip_value is not None or self.grad_clip_norm is not None:
+            if clipping:
                 self.scaler.unscale_(optimizer)
                 self._clip_grads(model)
             self.scaler.step(optimizer)
@@ -370,7 +208,7 @@ class BaseTrainer:
             loss.backward()
             if not step:
                 return
-            if self.grad_clip_value is not None or self.grad_clip_norm is not None:
+            if clipping:
                 self._clip_grads(model)
             optimizer.step()
 
@@ -388,35 +226,19 @@ class BaseTrainer:
         # An evaluation put it in eval mode; the flag check spares a module walk per step.
         if not self.model.training:
             self.model.train()
-        if self.accum_steps == 1:
-            window, is_first, is_step = 1, True, True
-        else:
-            window, is_first, is_step = self._accum_window(engine)
+        window, is_first, is_step = self._accum_window(engine)
         if is_first:
             self.optimizer.zero_grad(set_to_none=True)
-        if is_step:
-            return self._train_micro_batch(engine, batch, split, window, is_step)
         # no_sync covers the forward too: DDP decides during forward whether to all-reduce.
         with self._maybe_no_sync(is_step):
-            return self._train_micro_batch(engine, batch, split, window, is_step)
-
-    def _train_micro_batch(self, engine, batch, split, window, is_step):
-        x = self.prep_batch(batch, split=split)
-        # No context at all without AMP: a null one is three Python calls on every step.
-        if self.autocast_enabled:
+            x = self.prep_batch(batch, split=split)
             with self._autocast():
-                y_pred, loss, dict_losses = self._forward_and_loss(x, engine)
-        else:
-            y_pred, loss, dict_losses = self._forward_and_loss(x, engine)
-        # By the window, not accum_steps: an epoch's last window can be shorter.
-        self.backward(loss / window if window > 1 else loss, step=is_step)
+                y_pred = self.forward(x["model_input"])
+                loss, dict_losses = self.loss_fn(y_pred, x, iteration=engine.state.iteration)
+            # By the window, not accum_steps: an epoch's last window can be shorter.
+            self.backward(loss / window if window > 1 else loss, step=is_step)
         # The undivided loss is reported, so train/loss_avg compares across accum_steps.
         return {"y_pred": y_pred, "target": x, "losses": {"loss": loss, **dict_losses}}
-
-    def _forward_and_loss(self, x, engine):
-        y_pred = self.forward(x["model_input"])
-        loss, dict_losses = self.loss_fn(y_pred, x, iteration=engine.state.iteration)
-        return y_pred, loss, dict_losses
 
     def _accum_window(self, engine):
         """``(window size, first in window, ends the window)``; windows never cross epochs."""
@@ -430,7 +252,6 @@ class BaseTrainer:
         return window, index == start, index == start + window - 1
 
     def _autocast(self):
-        """The step's autocast region; the default steps enter it only when AMP is on."""
         if not self.autocast_enabled:
             return contextlib.nullcontext()
         return torch.autocast(device_type=self.device_type, dtype=self.dtype)
@@ -447,12 +268,8 @@ class BaseTrainer:
         if self.model.training:
             self.model.eval()
         x = self.prep_batch(batch, split=split)
-        with torch.no_grad():
-            if self.autocast_enabled:
-                with self._autocast():
-                    y_pred = self.forward(x["model_input"])
-            else:
-                y_pred = self.forward(x["model_input"])
+        with torch.no_grad(), self._autocast():
+            y_pred = self.forward(x["model_input"])
         return {"y_pred": y_pred, "target": x}
 
     # ---- Framework below: a task never needs to touch it ----
@@ -494,22 +311,22 @@ class BaseTrainer:
             return self
         try:
             data = self._prepare_fit()
-            with preemption_signals(on_request=self._watch_for_preemption):
+            with preemption_signals(on_request=self._preemption.on_signal):
                 self.engines["trainer"].run(
                     data, max_epochs=self.cfg.max_epochs, epoch_length=self.cfg.train_length
                 )
         except BaseException as error:
             # Mark the run failed (a crash in setup too, once backends exist), or the loggers
-            # record it as a clean finish.
+            # record it as a clean finish; the run directory records how it ended.
             try:
                 self.teardown(failed=True)
             finally:
-                self.run_dir.close(*self._interrupted_state(error), trainer=self._trainer())
+                self.run_dir.close(*_interrupted(error), trainer=self.engines.get("trainer"))
             raise
         try:
             self.teardown()
         finally:
-            self.run_dir.close(*self._end_state(), trainer=self._trainer())
+            self.run_dir.close(*self._how_it_ended(), trainer=self.engines["trainer"])
         return self
 
     def _open_run(self):
@@ -519,28 +336,18 @@ class BaseTrainer:
             self.run_dir.open()
         return self.run_dir.plan
 
-    def _trainer(self):
-        return self.engines.get("trainer")
-
-    @staticmethod
-    def _interrupted_state(error) -> tuple:
-        first_line = next(iter(str(error).splitlines()), "")
-        if isinstance(error, Preempted):
-            return "preempted", first_line
-        return "failed", f"{type(error).__name__}: {first_line}"
-
-    def _end_state(self) -> tuple:
-        """How a run that returned ended: (state, reason) for the run's manifest."""
-        trainer = self.engines["trainer"]
+    def _how_it_ended(self) -> tuple:
+        """``(state, reason)`` of a run whose engine returned, for the run's manifest."""
+        state = self.engines["trainer"].state
         if self._nan_check is not None and self._nan_check.stopped:
-            return "diverged", f"non-finite loss at iteration {trainer.state.iteration}"
+            return "diverged", f"non-finite loss at iteration {self._nan_check.first_bad}"
         if self._diverged:
-            return "diverged", f"non-finite score at epoch {trainer.state.epoch}"
+            return "diverged", f"non-finite score at epoch {state.epoch}"
         for stopper in self._early_stoppers.values():
             if stopper.stopped:
                 return "early-stopped", stopper.reason()
-        if trainer.state.epoch < self.cfg.max_epochs:
-            return "completed", f"terminated at epoch {trainer.state.epoch}"
+        if state.epoch < self.cfg.max_epochs:
+            return "completed", f"terminated at epoch {state.epoch}"
         return "completed", ""
 
     def _prepare_fit(self):
@@ -551,85 +358,30 @@ class BaseTrainer:
         trainer = self.engines["trainer"]
         if self._latest is not None:
             # After the eval runners, so "latest" holds what that epoch's evaluation changed.
-            trainer.add_event_handler(Events.EPOCH_COMPLETED(every=1), _clear_state)
+            trainer.add_event_handler(Events.EPOCH_COMPLETED(every=1), clear_state)
 
             def save_latest(engine):
                 if not self._diverged:
                     self._latest(engine)
 
             trainer.add_event_handler(Events.EPOCH_COMPLETED(every=1), save_latest)
-        self._attach_iteration_checkpoints()
+        every = self.cfg.get("save_every_iters", 0) or 0
+        if self._latest_iter is not None and every > 0:
+            trainer.add_event_handler(
+                Events.ITERATION_COMPLETED(every=every),
+                lambda engine: save_iteration_checkpoint(self, engine),
+            )
+        # Last: a request stops the run after the iteration's or the epoch's checkpoints.
+        self._preemption = PreemptionStop(
+            idist.get_world_size(),
+            save_iteration=lambda engine: save_iteration_checkpoint(self, engine),
+            saved_epoch=lambda: self._latest.last_checkpoint if self._latest else None,
+        )
+        self._preemption.attach(trainer)
         self.attach_progress()
         for loader in self.dls.values():
             shield_workers(loader)
         return self._resumable if self._resumable is not None else self.dls["train"]
-
-    def _attach_iteration_checkpoints(self):
-        trainer = self.engines["trainer"]
-        every = self.cfg.get("save_every_iters", 0) or 0
-        if self._latest_iter is not None and every > 0:
-            trainer.add_event_handler(
-                Events.ITERATION_COMPLETED(every=every), self._save_iteration_checkpoint
-            )
-        if self._world_size > 1:
-            # After TerminateOnNan, whose all-reduce tells every rank about a request. A single
-            # process needs no check on every iteration: the signal attaches it.
-            trainer.add_event_handler(Events.ITERATION_COMPLETED, self._stop_if_preempted)
-        # After save_latest, for a request that arrives at an epoch's last iteration.
-        trainer.add_event_handler(Events.EPOCH_COMPLETED, self._stop_if_preempted_at_epoch_end)
-
-    def _watch_for_preemption(self):
-        """Called by the first preemption signal: stop at the end of the current iteration.
-
-        Appended to the running event's handlers, it runs after every handler of the current
-        iteration, the checkpoints included.
-        """
-        trainer = self.engines.get("trainer")
-        if self._world_size == 1 and trainer is not None:
-            if not trainer.has_event_handler(self._stop_if_preempted, Events.ITERATION_COMPLETED):
-                trainer.add_event_handler(Events.ITERATION_COMPLETED, self._stop_if_preempted)
-
-    @staticmethod
-    def _ends_epoch(engine) -> bool:
-        # A checkpoint there would resume past the epoch's evaluation and "latest" file; the
-        # epoch's own checkpoint comes after them instead.
-        length = engine.state.epoch_length
-        return bool(length) and engine.state.iteration % length == 0
-
-    def _save_iteration_checkpoint(self, engine):
-        if self._diverged or self._ends_epoch(engine):
-            return
-        saved = self._latest_iter.last_checkpoint
-        if saved is None or not str(saved).endswith(f"_{engine.state.iteration}.pt"):
-            self._latest_iter(engine)
-
-    def _preemption_requested(self) -> bool:
-        return PREEMPTION.received if self._world_size == 1 else PREEMPTION.agreed
-
-    def _stop_if_preempted(self, engine):
-        if not self._preemption_requested() or self._ends_epoch(engine):
-            return
-        saved = None
-        if self._latest_iter is not None:
-            self._save_iteration_checkpoint(engine)
-            saved = self._latest_iter.last_checkpoint
-        self._preempt(engine, saved)
-
-    def _stop_if_preempted_at_epoch_end(self, engine):
-        if self._preemption_requested():
-            self._preempt(engine, self._latest.last_checkpoint if self._latest else None)
-
-    def _preempt(self, engine, saved):
-        if self._world_size > 1:
-            # Rank 0 may still be writing; no rank leaves before the file is complete.
-            idist.barrier()
-        message = (
-            f"PREEMPTED by {signal_name(PREEMPTION.signal)} after iteration "
-            f"{engine.state.iteration}: saved {saved or 'nothing (save_ckpt is False)'}.\n"
-            f"  Run the same command with --override resume=True to continue."
-        )
-        rank_zero_print(message)
-        raise Preempted(message)
 
     def evaluate(self, load_checkpoint=True):
         """Load the configured checkpoint, run every eval engine once, return the metrics."""
@@ -814,7 +566,7 @@ class BaseTrainer:
             keys = ["loss"] if total_loss else []
             keys += [f"loss_{c}" for c in getattr(self.criterion, "crit_keys", [])]
             for key in keys:
-                dict_metrics[f"{engine_type}/{key}_avg"] = _LossAverage(key)
+                dict_metrics[f"{engine_type}/{key}_avg"] = LossAverage(key)
         for name, metric in dict_metrics.items():
             metric.attach(engine, name)
         return dict_metrics
@@ -827,12 +579,18 @@ class BaseTrainer:
         return {}
 
     def attach_runner(self):
-        """The training run's handlers: NaN stop, logging, eval runs, early stopping."""
+        """The training run's handlers: non-finite stop, logging, eval runs, early stopping."""
         trainer = self.engines["trainer"]
-        # Stop at the first non-finite loss: the weights cannot recover from it.
-        losses = _step_losses if self._world_size == 1 else _losses_on_every_rank
-        self._nan_check = _TerminateOnNan(output_transform=losses)
-        trainer.add_event_handler(Events.ITERATION_COMPLETED, self._nan_check)
+        # Stop at the first non-finite loss: the weights cannot recover from it. Checked first
+        # at an epoch's end, before anything evaluates, saves or logs that epoch.
+        self._nan_check = NonFiniteCheck(
+            every=self._check_every(),
+            also_at=self._checkpoint_and_log_cadences(),
+            world_size=idist.get_world_size(),
+            preemption=PREEMPTION,
+            on_stop=self._mark_diverged,
+        )
+        self._nan_check.attach(trainer)
         if self.logger is not None:
             self.logger.on_train_epoch_end(trainer, self.optimizer)
             self.logger.on_train_iteration(trainer, self.model)
@@ -843,6 +601,28 @@ class BaseTrainer:
         if self.logger is not None:
             self.logger.on_completion(trainer)
 
+    def _mark_diverged(self):
+        self._diverged = True
+
+    def _check_every(self) -> int:
+        """``check_every``, or its default: every step where a read costs nothing (one process
+        on the CPU), else DEFAULT_CHECK_EVERY."""
+        every = self.cfg.get("check_every", None)
+        if every is not None:
+            return every
+        free = idist.get_world_size() == 1 and self.device.type == "cpu"
+        return 1 if free else DEFAULT_CHECK_EVERY
+
+    def _checkpoint_and_log_cadences(self) -> tuple:
+        """Iteration cadences at which something is saved or logged, so a check comes first.
+
+        From the config alone, so that every rank checks at the same iterations.
+        """
+        cfg = self.cfg
+        saving = (cfg.get("save_every_iters", 0) or 0) if cfg.save_ckpt else 0
+        logging = cfg.log_every if any(n != "pbar" for n in cfg.logger_name) else 0
+        return (saving, logging)
+
     def _attach_eval_runner(self, trainer, spec):
         engine = self.engines.get(spec.key)
         if engine is None:
@@ -851,7 +631,9 @@ class BaseTrainer:
         # Its own method: inlined in the caller's loop, each handler would late-bind the last spec.
         @trainer.on(Events.EPOCH_COMPLETED(every=spec.cadence(self.cfg)))
         def _run(_trainer):
-            _clear_state(_trainer)
+            if self._diverged:
+                return
+            clear_state(_trainer)
             self.run_eval_engine(spec)
 
         # Beside the handler that runs the engine, so no engine runs without being logged.
@@ -867,17 +649,17 @@ class BaseTrainer:
             if idist.get_rank() == 0:
                 for engine in engines:
                     ProgressBar(persist=False).attach(engine)
-        elif idist.get_rank() == 0:
+        elif idist.get_rank() == 0 and cfg.get("verbosity", 1) >= 1:
             every = max((cfg.train_length or len(self.dls["train"])) // 10, 1)
-            trainer.add_event_handler(Events.ITERATION_COMPLETED, _progress_printer("TRAIN", every))
+            trainer.add_event_handler(Events.ITERATION_COMPLETED, progress_printer("TRAIN", every))
             for spec in self.eval_specs():
                 if self._eval_progress_prints(spec):
                     self.engines[spec.key].add_event_handler(
                         Events.ITERATION_COMPLETED,
-                        _progress_printer(spec.progress_label, spec.progress_every),
+                        progress_printer(spec.progress_label, spec.progress_every),
                     )
         for engine in engines:
-            engine.add_event_handler(Events.EPOCH_STARTED, _clear_state)
+            engine.add_event_handler(Events.EPOCH_STARTED, clear_state)
             engine.add_event_handler(Events.EPOCH_COMPLETED, empty_cuda_cache)
         sampler = getattr(self.dls["train"], "sampler", None)
         if hasattr(sampler, "set_epoch"):
@@ -903,5 +685,9 @@ class BaseTrainer:
         return not isinstance(spec.progress_every, int) or length >= spec.progress_every
 
 
-def _loss_selector(key):
-    return lambda output: output["losses"][key]
+def _interrupted(error) -> tuple:
+    """``(state, reason)`` of a run that raised ``error``."""
+    first_line = next(iter(str(error).splitlines()), "")
+    if isinstance(error, Preempted):
+        return "preempted", first_line
+    return "failed", f"{type(error).__name__}: {first_line}"

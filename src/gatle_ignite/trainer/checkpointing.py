@@ -19,6 +19,7 @@ from gatle_ignite.run.loading import RunMeta, load_weights
 from gatle_ignite.run.saving import RunSaver
 from gatle_ignite.run.unchanged_state import LastWrite
 from gatle_ignite.trainer.accepted_changes import apply_accepted_changes, fresh_settings
+from gatle_ignite.trainer.handlers import ends_epoch
 from gatle_ignite.utils.batch import get_value
 from gatle_ignite.utils.dist import rank_zero_print
 
@@ -26,6 +27,7 @@ __all__ = [
     "attach_checkpoints",
     "load_checkpoints",
     "load_eval_checkpoint",
+    "save_iteration_checkpoint",
     "score_function",
 ]
 
@@ -157,6 +159,23 @@ def attach_checkpoints(trainer) -> None:
         LATEST_ITER_PREFIX,
         global_step_transform=lambda _engine, _event: trainer_engine.state.iteration,
     )
+
+
+def save_iteration_checkpoint(trainer, engine):
+    """Write this iteration's mid-epoch checkpoint (once), after a non-finite check.
+
+    Returns its path, or None when nothing is saved: no handler, a diverged run, or an epoch's
+    last iteration, whose own checkpoint comes after its evaluation instead.
+    """
+    if trainer._latest_iter is None:
+        return None
+    check = trainer._nan_check
+    if (check is not None and check.check_now(engine)) or trainer._diverged or ends_epoch(engine):
+        return None
+    saved = trainer._latest_iter.last_checkpoint
+    if saved is None or not str(saved).endswith(f"_{engine.state.iteration}.pt"):
+        trainer._latest_iter(engine)
+    return trainer._latest_iter.last_checkpoint
 
 
 def _attach_best(trainer, spec, score_name, score_factor, handlers) -> None:

@@ -1,8 +1,10 @@
 """Preemption: SIGTERM or SIGUSR1 ends the run at an iteration boundary, resumable.
 
-A signal only records a request. At the end of the current iteration every rank agrees on it
-(the flag rides on the all-reduce the loss check already makes), the framework writes a
-``latest_iter`` checkpoint, closes the backends, and the run exits with ``EXIT_PREEMPTED``.
+A signal only records a request. A single process stops at the end of the iteration it arrives
+in; under DDP every rank agrees on it at the next check point (within ``check_every``
+iterations: the flag rides on the all-reduce the non-finite check makes there). The framework
+writes a ``latest_iter`` checkpoint, closes the backends, and the run exits with
+``EXIT_PREEMPTED``.
 """
 
 import contextlib

@@ -1,0 +1,294 @@
+"""What BaseTrainer attaches to its engines: the non-finite check, loss averages, progress
+lines and the preemption stop.
+
+The check and the averages keep each step's losses on the device and read them only every
+``check_every`` iterations: a read from the device (``item()``, ``float()``) waits for every
+queued kernel, so a read per step would stop the host from queueing the next one.
+"""
+
+import gc
+import math
+import numbers
+import sys
+import time
+import warnings
+
+import ignite.distributed as idist
+import torch
+from ignite.engine import Events
+from ignite.metrics import Average
+
+from gatle_ignite.trainer.preemption import REQUEST as PREEMPTION
+from gatle_ignite.trainer.preemption import Preempted, signal_name
+
+__all__ = [
+    "LossAverage",
+    "NonFiniteCheck",
+    "PreemptionStop",
+    "clear_state",
+    "empty_cuda_cache",
+    "ends_epoch",
+    "progress_printer",
+]
+
+
+def clear_state(engine) -> None:
+    engine.state.output = None
+    engine.state.batch = None
+
+
+def empty_cuda_cache(engine=None) -> None:
+    """Hand cached CUDA blocks back between phases.
+
+    The collection frees reference cycles that pin device tensors, so it only runs when there is
+    a CUDA cache to release: on CPU the allocator returns memory itself and a full ``gc.collect``
+    per engine per epoch costs more than a small task's training.
+    """
+    if not torch.cuda.is_available():
+        return
+    gc.collect()
+    torch.cuda.empty_cache()
+
+
+def _scalar_of(value):
+    # The sum keeps NaN and inf, so one number per tensor says whether it is all finite.
+    value = value.detach()
+    return value if value.dim() == 0 else value.sum()
+
+
+class NonFiniteCheck:
+    """Stops training at the first non-finite loss, reading the losses every ``every`` steps.
+
+    Each step's loss tensors are kept as they are (no device work, no read); at a check point
+    they are read in one go, the first non-finite iteration is found, and under DDP one
+    all-reduce makes every rank agree on it and on a pending preemption request. Check points
+    are every ``every`` iterations, the iterations in ``also_at`` cadences (a checkpoint or a
+    log line is due), every epoch's end, and whenever ``check_now`` is called, so nothing
+    computed after a bad step is saved, evaluated or logged as good.
+    """
+
+    def __init__(
+        self, every: int = 1, also_at=(), world_size: int = 1, preemption=None, on_stop=None
+    ):
+        if not isinstance(every, int) or every < 1:
+            raise ValueError(f"check_every must be a positive integer, got {every!r}")
+        self.every = every
+        self.cadences = tuple(c for c in (every, *also_at) if c)
+        self.world_size = world_size
+        self.preemption = preemption
+        self.on_stop = on_stop
+        self.first_bad = None
+        self.stopped = False
+        # The last checked step's total loss, and (iteration, total) since the last take.
+        self.last_loss = None
+        self.history = []
+        self._pending = []
+        self._checked_at = 0
+
+    def attach(self, engine) -> None:
+        engine.add_event_handler(Events.ITERATION_COMPLETED, self.record)
+        engine.add_event_handler(Events.EPOCH_COMPLETED, self.check_now)
+
+    def record(self, engine) -> None:
+        """Keep this step's losses; check when a check point is due."""
+        losses = engine.state.output.get("losses", {})
+        iteration = engine.state.iteration
+        tensors, seen = [], set()
+        for value in losses.values():
+            if isinstance(value, torch.Tensor):
+                if id(value) not in seen:
+                    seen.add(id(value))
+                    tensors.append(value)
+            elif isinstance(value, numbers.Number) and not math.isfinite(value):
+                self._found(iteration)
+        self._pending.append((iteration, tensors))
+        if any(iteration % cadence == 0 for cadence in self.cadences):
+            self.check_now(engine)
+
+    def check_now(self, engine) -> bool:
+        """Read what is pending and agree across ranks; True when training must stop."""
+        if engine.state.iteration != self._checked_at:
+            self._checked_at = engine.state.iteration
+            self._read()
+            self._agree()
+            if self.first_bad is not None and not self.stopped:
+                self._stop(engine)
+        return self.stopped
+
+    def take_history(self) -> list:
+        taken, self.history = self.history, []
+        return taken
+
+    def _read(self) -> None:
+        pending, self._pending = self._pending, []
+        flat = [_scalar_of(t) for _iteration, tensors in pending for t in tensors]
+        if not flat:
+            return
+        if len(flat) == 1:
+            values = [flat[0].item()]
+        else:
+            device = flat[0].device
+            values = torch.stack([v.to(device) for v in flat]).tolist()
+        position = 0
+        for iteration, tensors in pending:
+            step = values[position : position + len(tensors)]
+            position += len(tensors)
+            if not all(math.isfinite(v) for v in step):
+                self._found(iteration)
+            if step:
+                self.last_loss = step[0]
+                self.history.append((iteration, step[0]))
+
+    def _found(self, iteration: int) -> None:
+        if self.first_bad is None or iteration < self.first_bad:
+            self.first_bad = iteration
+
+    def _agree(self) -> None:
+        if self.world_size == 1:
+            return
+        never = torch.iinfo(torch.int64).max
+        requested = self.preemption is not None and self.preemption.received
+        mine = [self.first_bad if self.first_bad is not None else never, -int(requested)]
+        first_bad, request = idist.all_reduce(
+            torch.tensor(mine, dtype=torch.int64, device=idist.device()), op="MIN"
+        ).tolist()
+        self.first_bad = None if first_bad == never else first_bad
+        if self.preemption is not None:
+            self.preemption.agreed = request < 0
+
+    def _stop(self, engine) -> None:
+        self.stopped = True
+        if self.on_stop is not None:
+            self.on_stop()
+        found = engine.state.iteration
+        when = "" if found == self.first_bad else f", found at the check after iteration {found}"
+        warnings.warn(
+            f"training stopped: the loss is not finite at iteration {self.first_bad}{when}; "
+            f"nothing from that iteration on is saved, evaluated or logged.\n"
+            f"  The run has probably diverged: check the learning rate, the loss and the data.",
+            stacklevel=2,
+        )
+        engine.terminate()
+
+
+class LossAverage(Average):
+    """ignite's Average of a loss, folded once per epoch instead of once per iteration.
+
+    Each step's detached loss is kept as it is (on its device) and summed at compute(), so a
+    step costs a list append: no tensor op, and on a GPU no copy to the host.
+    """
+
+    def __init__(self, key):
+        self.key = key
+        super().__init__(output_transform=lambda output: output["losses"][key])
+
+    def reset(self):
+        super().reset()
+        self._pending = []
+
+    def iteration_completed(self, engine):
+        # What ignite's version does for a loss, without its no_grad region, output parsing
+        # and reinit wrapper: a step's scalar loss goes straight onto the list. Anything else
+        # (a number, per-sample losses) takes ignite's own path and rules.
+        value = engine.state.output["losses"][self.key]
+        if isinstance(value, torch.Tensor) and value.dim() == 0:
+            self._pending.append(value.detach())
+            self.num_examples += 1
+        else:
+            super().iteration_completed(engine)
+
+    def compute(self):
+        if self._pending:
+            total = torch.stack(self._pending).to(self.accumulator).sum()
+            self.accumulator = self.accumulator + total
+            self._pending = []
+        return super().compute()
+
+
+def progress_printer(label, every=1):
+    """A text progress line every ``every`` iterations; attached on rank 0 only."""
+    if not isinstance(every, int) or every < 1:
+        raise ValueError(f"{label} progress: every must be a positive integer, got {every!r}")
+
+    def report(engine):
+        state = engine.state
+        if state.iteration % every:
+            return
+        length = state.epoch_length
+        if length:
+            done = ((state.iteration - 1) % length) + 1
+            where = f"({done / length:.2f}) - {done}/{length}"
+        else:
+            where = f"(?) - {state.iteration}/{length}"
+        # One write, where print() makes two; like print(), nothing without a stdout.
+        if sys.stdout is not None:
+            stamp = time.strftime("%Y-%m-%d %H:%M:%S")
+            sys.stdout.write(f"[{stamp}] {label} epoch {state.epoch}: {where}\n")
+
+    return report
+
+
+class PreemptionStop:
+    """Ends a training run at an iteration boundary once preemption is requested (and, under
+    DDP, agreed at a check point): the checkpoint is written, then Preempted is raised.
+
+    ``save_iteration(engine)`` writes the mid-epoch checkpoint and returns its path (or None);
+    ``saved_epoch()`` is the path of the epoch's own checkpoint, for a request at an epoch's end.
+    """
+
+    def __init__(self, world_size: int, save_iteration, saved_epoch):
+        self.world_size = world_size
+        self.save_iteration = save_iteration
+        self.saved_epoch = saved_epoch
+        self._engine = None
+
+    def attach(self, engine) -> None:
+        """After every other handler: the checkpoints of the epoch come first."""
+        self._engine = engine
+        if self.world_size > 1:
+            # Ranks agree at check points; between them this reads a flag, nothing more.
+            engine.add_event_handler(Events.ITERATION_COMPLETED, self.at_iteration)
+        engine.add_event_handler(Events.EPOCH_COMPLETED, self.at_epoch_end)
+
+    def on_signal(self) -> None:
+        """Called by the first signal in a single process: stop after the current iteration.
+
+        Appended to the running event's handlers, it runs after every handler of the current
+        iteration, the checkpoints included; a run never signalled pays nothing per iteration.
+        """
+        engine = self._engine
+        if self.world_size == 1 and engine is not None:
+            if not engine.has_event_handler(self.at_iteration, Events.ITERATION_COMPLETED):
+                engine.add_event_handler(Events.ITERATION_COMPLETED, self.at_iteration)
+
+    def requested(self) -> bool:
+        return PREEMPTION.received if self.world_size == 1 else PREEMPTION.agreed
+
+    def at_iteration(self, engine) -> None:
+        # At an epoch's last iteration the epoch's own checkpoint, after its evaluation, is
+        # the one to resume from. A run already ending (a non-finite loss) just ends.
+        if self.requested() and not ends_epoch(engine) and not engine.should_terminate:
+            self._preempt(engine, self.save_iteration(engine))
+
+    def at_epoch_end(self, engine) -> None:
+        if self.requested() and not engine.should_terminate:
+            self._preempt(engine, self.saved_epoch())
+
+    def _preempt(self, engine, saved) -> None:
+        if self.world_size > 1:
+            # Rank 0 may still be writing; no rank leaves before the file is complete.
+            idist.barrier()
+        message = (
+            f"PREEMPTED by {signal_name(PREEMPTION.signal)} after iteration "
+            f"{engine.state.iteration}: saved {saved or 'nothing (save_ckpt is False)'}.\n"
+            f"  Run the same command with --override resume=True to continue."
+        )
+        if idist.get_rank() == 0:
+            print(message)
+        raise Preempted(message)
+
+
+def ends_epoch(engine) -> bool:
+    """Whether the engine's current iteration is its epoch's last."""
+    length = engine.state.epoch_length
+    return bool(length) and engine.state.iteration % length == 0
