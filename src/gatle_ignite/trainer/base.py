@@ -17,6 +17,7 @@ from gatle_ignite.run.directory import RunDirectory
 from gatle_ignite.schedulers import attach_scheduler, prep_scheduler
 from gatle_ignite.specs import EVAL_SPECS, TRAIN_SPEC
 from gatle_ignite.trainer.checkpointing import (
+    attach_checkpoint_writes,
     attach_checkpoints,
     load_checkpoints,
     load_eval_checkpoint,
@@ -27,9 +28,11 @@ from gatle_ignite.trainer.handlers import (
     LossAverage,
     NonFiniteCheck,
     PreemptionStop,
+    check_every,
     clear_state,
     empty_cuda_cache,
     progress_printer,
+    save_and_log_cadences,
 )
 from gatle_ignite.trainer.preemption import REQUEST as PREEMPTION
 from gatle_ignite.trainer.preemption import Preempted, preemption_signals, shield_workers
@@ -43,10 +46,6 @@ except ImportError:  # ignite 0.4.x
     from ignite.contrib.handlers import ProgressBar
 
 __all__ = ["BaseTrainer"]
-
-# check_every when the config leaves it unset and a read from the device is not free (a GPU, or
-# several ranks, where the check's all-reduce is the cost): see bench/README.md, "host reads".
-DEFAULT_CHECK_EVERY = 32
 
 
 class BaseTrainer:
@@ -356,21 +355,8 @@ class BaseTrainer:
         load_checkpoints(self)
         self.attach_runner()
         trainer = self.engines["trainer"]
-        if self._latest is not None:
-            # After the eval runners, so "latest" holds what that epoch's evaluation changed.
-            trainer.add_event_handler(Events.EPOCH_COMPLETED(every=1), clear_state)
-
-            def save_latest(engine):
-                if not self._diverged:
-                    self._latest(engine)
-
-            trainer.add_event_handler(Events.EPOCH_COMPLETED(every=1), save_latest)
-        every = self.cfg.get("save_every_iters", 0) or 0
-        if self._latest_iter is not None and every > 0:
-            trainer.add_event_handler(
-                Events.ITERATION_COMPLETED(every=every),
-                lambda engine: save_iteration_checkpoint(self, engine),
-            )
+        # After the eval runners, so "latest" holds what that epoch's evaluation changed.
+        attach_checkpoint_writes(self)
         # Last: a request stops the run after the iteration's or the epoch's checkpoints.
         self._preemption = PreemptionStop(
             idist.get_world_size(),
@@ -584,8 +570,8 @@ class BaseTrainer:
         # Stop at the first non-finite loss: the weights cannot recover from it. Checked first
         # at an epoch's end, before anything evaluates, saves or logs that epoch.
         self._nan_check = NonFiniteCheck(
-            every=self._check_every(),
-            also_at=self._checkpoint_and_log_cadences(),
+            every=check_every(self.cfg, self.device),
+            also_at=save_and_log_cadences(self.cfg),
             world_size=idist.get_world_size(),
             preemption=PREEMPTION,
             on_stop=self._mark_diverged,
@@ -603,25 +589,6 @@ class BaseTrainer:
 
     def _mark_diverged(self):
         self._diverged = True
-
-    def _check_every(self) -> int:
-        """``check_every``, or its default: every step where a read costs nothing (one process
-        on the CPU), else DEFAULT_CHECK_EVERY."""
-        every = self.cfg.get("check_every", None)
-        if every is not None:
-            return every
-        free = idist.get_world_size() == 1 and self.device.type == "cpu"
-        return 1 if free else DEFAULT_CHECK_EVERY
-
-    def _checkpoint_and_log_cadences(self) -> tuple:
-        """Iteration cadences at which something is saved or logged, so a check comes first.
-
-        From the config alone, so that every rank checks at the same iterations.
-        """
-        cfg = self.cfg
-        saving = (cfg.get("save_every_iters", 0) or 0) if cfg.save_ckpt else 0
-        logging = cfg.log_every if any(n != "pbar" for n in cfg.logger_name) else 0
-        return (saving, logging)
 
     def _attach_eval_runner(self, trainer, spec):
         engine = self.engines.get(spec.key)

@@ -9,6 +9,7 @@ import warnings
 from pathlib import Path
 
 import ignite.distributed as idist
+from ignite.engine import Events
 from ignite.handlers import Checkpoint, global_step_from_engine
 
 from gatle_ignite.dispatch import ConfigError
@@ -19,11 +20,12 @@ from gatle_ignite.run.loading import RunMeta, load_weights
 from gatle_ignite.run.saving import RunSaver
 from gatle_ignite.run.unchanged_state import LastWrite
 from gatle_ignite.trainer.accepted_changes import apply_accepted_changes, fresh_settings
-from gatle_ignite.trainer.handlers import ends_epoch
+from gatle_ignite.trainer.handlers import clear_state, ends_epoch
 from gatle_ignite.utils.batch import get_value
 from gatle_ignite.utils.dist import rank_zero_print
 
 __all__ = [
+    "attach_checkpoint_writes",
     "attach_checkpoints",
     "load_checkpoints",
     "load_eval_checkpoint",
@@ -159,6 +161,25 @@ def attach_checkpoints(trainer) -> None:
         LATEST_ITER_PREFIX,
         global_step_transform=lambda _engine, _event: trainer_engine.state.iteration,
     )
+
+
+def attach_checkpoint_writes(trainer) -> None:
+    """Write "latest" at every epoch's end, and mid-epoch every ``save_every_iters``."""
+    engine = trainer.engines["trainer"]
+    if trainer._latest is not None:
+        engine.add_event_handler(Events.EPOCH_COMPLETED, clear_state)
+
+        def save_latest(engine):
+            if not trainer._diverged:
+                trainer._latest(engine)
+
+        engine.add_event_handler(Events.EPOCH_COMPLETED, save_latest)
+    every = trainer.cfg.get("save_every_iters", 0) or 0
+    if trainer._latest_iter is not None and every > 0:
+        engine.add_event_handler(
+            Events.ITERATION_COMPLETED(every=every),
+            lambda engine: save_iteration_checkpoint(trainer, engine),
+        )
 
 
 def save_iteration_checkpoint(trainer, engine):

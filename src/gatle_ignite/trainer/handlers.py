@@ -22,13 +22,16 @@ from gatle_ignite.trainer.preemption import REQUEST as PREEMPTION
 from gatle_ignite.trainer.preemption import Preempted, signal_name
 
 __all__ = [
+    "DEFAULT_CHECK_EVERY",
     "LossAverage",
     "NonFiniteCheck",
     "PreemptionStop",
     "clear_state",
     "empty_cuda_cache",
+    "check_every",
     "ends_epoch",
     "progress_printer",
+    "save_and_log_cadences",
 ]
 
 
@@ -48,6 +51,31 @@ def empty_cuda_cache(engine=None) -> None:
         return
     gc.collect()
     torch.cuda.empty_cache()
+
+
+# check_every when the config leaves it unset and a read from the device is not free (a GPU, or
+# several ranks, where the check's all-reduce is the cost): see bench/README.md, "host reads".
+DEFAULT_CHECK_EVERY = 32
+
+
+def check_every(cfg, device) -> int:
+    """``cfg.check_every``, or its default: every step where a read costs nothing (one process
+    on the CPU), else DEFAULT_CHECK_EVERY."""
+    every = cfg.get("check_every", None)
+    if every is not None:
+        return every
+    free = idist.get_world_size() == 1 and torch.device(device).type == "cpu"
+    return 1 if free else DEFAULT_CHECK_EVERY
+
+
+def save_and_log_cadences(cfg) -> tuple:
+    """Iteration cadences at which something is saved or logged, so a check comes first.
+
+    From the config alone, so that every rank checks at the same iterations.
+    """
+    saving = (cfg.get("save_every_iters", 0) or 0) if cfg.save_ckpt else 0
+    logging = cfg.log_every if any(name != "pbar" for name in cfg.logger_name) else 0
+    return (saving, logging)
 
 
 def _scalar_of(value):
