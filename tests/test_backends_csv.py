@@ -16,7 +16,7 @@ def test_metrics_csv_has_one_row_per_logged_value(tmp_path):
     names = {row["name"] for row in rows}
     assert {"train/lr_0", "train/loss_avg", "train/loss_ce_avg", "valid/acc"} <= names
     acc = csv_series(cfg.save_dir, "valid/acc")
-    assert [(epoch, step) for epoch, step, _ in acc] == [(1, None), (2, None)]
+    assert [(epoch, step) for epoch, step, _ in acc] == [(1, 8), (2, 16)]
     assert all(0.0 <= value <= 1.0 for _, _, value in acc)
     lrs = csv_series(cfg.save_dir, "train/lr_0")
     assert [(epoch, step) for epoch, step, _ in lrs] == [(1, 4), (1, 8), (2, 12), (2, 16)]

@@ -15,9 +15,9 @@ def test_event_files_hold_every_scalar_at_its_step(tmp_path):
     assert os.listdir(os.path.join(cfg.save_dir, "tensorboard"))
     # Epoch-level metrics sit at their epoch, iteration-level ones at their iteration.
     acc = tensorboard_series(cfg.save_dir, "valid/acc")
-    assert [step for step, _ in acc] == [1, 2]
+    assert [step for step, _ in acc] == [8, 16]
     assert all(0.0 <= value <= 1.0 for _, value in acc)
-    assert [step for step, _ in tensorboard_series(cfg.save_dir, "train/loss_avg")] == [1, 2]
+    assert [step for step, _ in tensorboard_series(cfg.save_dir, "train/loss_avg")] == [8, 16]
     lrs = tensorboard_series(cfg.save_dir, "train/lr_0")
     assert [step for step, _ in lrs] == [4, 8, 12, 16]
     # TensorBoard keeps float32.

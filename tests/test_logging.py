@@ -56,9 +56,13 @@ def test_a_run_logs_epochs_lr_and_eval_metrics_then_finishes_cleanly(make_cfg):
     Trainer(0, cfg).fit()
     logged = recording_backend.LOGGED
     train = [(m, s, e) for m, s, e in logged if "train/loss_avg" in m]
-    assert [(s, e) for _, s, e in train] == [(None, 1), (None, 2)]
+    # One record per epoch, at the global iteration of the epoch's end, every engine inside.
+    assert [(s, e) for _, s, e in train] == [(4, 1), (8, 2)]
+    assert all("valid/acc" in m for m, _, _ in train)
     lrs = [(s, e) for m, s, e in logged if "train/lr_0" in m]
     assert lrs == [(2, 1), (4, 1), (6, 2), (8, 2)]
+    # The loss of those steps, read at the check the logging forced.
+    assert [s for m, s, _ in logged if "train/loss" in m] == [2, 4, 6, 8]
     valid = [e for m, _, e in logged if "valid/acc" in m]
     assert valid == [1, 2]
     assert recording_backend.FINISHED == [False]
@@ -123,8 +127,8 @@ def test_the_text_backend_writes_each_block_at_once(count_stdout_writes):
     TextBackend(None).log({"valid/acc": 0.25, "train/loss_avg": 0.5}, epoch=3)
     TextBackend(None).log({"train/lr_0": 0.1}, step=7)
     assert writes == [
-        "--- epoch 3 ---\n{'train/loss_avg': 0.5, 'valid/acc': 0.25}\n",
-        "--- step 7 ---\n{'train/lr_0': 0.1}\n",
+        "--- epoch 3 ---\ntrain  loss_avg 0.5\nvalid  acc 0.25\n",
+        "--- step 7 ---\ntrain  lr_0 0.1\n",
     ]
 
 

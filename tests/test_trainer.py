@@ -43,8 +43,12 @@ def test_fit_trains_and_reports_namespaced_metrics(make_cfg, capsys):
 def test_progress_lines_have_the_contract_shape(make_cfg, capsys):
     Trainer(0, make_cfg(max_epochs=1, train_ds_params={"n": 160, "bs": 16})).fit()
     lines = [line for line in capsys.readouterr().out.splitlines() if " TRAIN " in line]
-    pattern = r"\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\] TRAIN epoch 1: \((\d\.\d\d)\) - (\d+)/10"
-    done = [int(re.fullmatch(pattern, line).group(2)) for line in lines]
+    pattern = (
+        r"\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\] TRAIN epoch 1: (\d+)/10 \(\d+%\) \| "
+        r"loss [\d.e+-]+ \| [\d.]+k? it/s, [\d.]+k? samples/s \| elapsed \d+:\d\d:\d\d \| "
+        r"ETA epoch \d+:\d\d:\d\d, run \d+:\d\d:\d\d"
+    )
+    done = [int(re.fullmatch(pattern, line).group(1)) for line in lines]
     assert done == list(range(1, 11))
 
 
@@ -54,7 +58,7 @@ def test_each_progress_line_is_one_write(make_cfg, count_stdout_writes):
     writes = count_stdout_writes()
     task.fit()
     progress = [text for text in writes if " TRAIN epoch 1: " in text]
-    assert len(progress) == 10 and all(text.endswith("/10\n") for text in progress)
+    assert len(progress) == 10 and all(text.count("\n") == 1 for text in progress)
 
 
 def test_progress_follows_the_global_iteration_cadence_across_epochs(make_cfg, capsys):
@@ -63,9 +67,10 @@ def test_progress_follows_the_global_iteration_cadence_across_epochs(make_cfg, c
     cfg = make_cfg(max_epochs=2, every_val=0, train_ds_params={"n": 400, "bs": 16})
     Trainer(0, cfg).fit()
     lines = [line for line in capsys.readouterr().out.splitlines() if " TRAIN " in line]
-    pattern = r"\[[^]]+\] TRAIN epoch (\d): \((\d\.\d\d)\) - (\d+)/25"
-    seen = [re.fullmatch(pattern, line).groups() for line in lines]
-    assert seen[:2] == [("1", "0.08", "2"), ("1", "0.16", "4")]
+    pattern = r"\[[^]]+\] TRAIN epoch (\d): (\d+)/25 \((\d+)%\) \| .*"
+    matches = (re.fullmatch(pattern, line).groups() for line in lines)
+    seen = [(epoch, pct, done) for epoch, done, pct in matches]
+    assert seen[:2] == [("1", "8", "2"), ("1", "16", "4")]
     assert [done for epoch, _, done in seen if epoch == "2"][:2] == ["1", "3"]
     assert len(seen) == 25
 
@@ -77,7 +82,7 @@ def test_eval_progress_uses_the_specs_cadence(make_cfg, capsys):
 
     SparseProgress(0, make_cfg(max_epochs=1, valid_ds_params={"n": 96, "bs": 16})).fit()
     lines = [line for line in capsys.readouterr().out.splitlines() if " VALID " in line]
-    assert [line.rsplit(" - ", 1)[1] for line in lines] == ["2/6", "4/6", "6/6"]
+    assert [line.split(": ")[1].split(" ")[0] for line in lines] == ["2/6", "4/6", "6/6"]
 
 
 def test_an_eval_run_shorter_than_its_cadence_gets_no_printer(make_cfg, capsys):
@@ -101,7 +106,8 @@ def test_a_progress_cadence_below_one_is_refused(make_cfg):
 def test_the_text_backend_prints_epoch_metrics(make_cfg, capsys):
     Trainer(0, make_cfg(max_epochs=1, logger_name=["text"])).fit()
     out = capsys.readouterr().out
-    assert "--- epoch 1 ---" in out and "'train/loss_avg':" in out and "'valid/acc':" in out
+    assert "--- epoch 1/1 (iteration 4) ---" in out
+    assert "\ntrain  loss_avg " in out and "\nvalid  acc " in out
 
 
 def test_a_model_input_key_the_model_lacks_is_a_type_error(make_cfg):

@@ -37,7 +37,15 @@ _EXTRA_PACKAGES = {
 
 
 class Backend:
-    """A logging sink. Subclass it and override ``log``; ``watch`` and ``finish`` are no-ops."""
+    """A logging sink. Subclass it and override ``log``; ``watch`` and ``finish`` are no-ops.
+
+    ``log`` gets one record per epoch (every engine's metrics of that epoch together) and, when
+    ``per_iteration`` is true, the points logged every ``log_every`` iterations (the learning
+    rates, the loss, the gradient norm). Every record carries the trainer's global iteration as
+    ``step`` and the epoch alongside, so all curves share one axis.
+    """
+
+    per_iteration = True
 
     def __init__(self, cfg):
         self.cfg = cfg
@@ -108,17 +116,36 @@ def _backend_path(name) -> str:
     return f"gatle_ignite.callbacks.backends.{name}" if name in BUILTIN_BACKENDS else name
 
 
+def _build(name, cfg):
+    return import_entrypoint(_backend_path(name), "Backend", field="logger_name")(cfg)
+
+
 def _grad_norm(model) -> float:
     norms = [p.grad.detach().float().norm() for p in model.parameters() if p.grad is not None]
     return float(torch.linalg.vector_norm(torch.stack(norms))) if norms else 0.0
 
 
 class LoggingCallback:
-    """Builds the named backends on rank 0 and wires them to the engines' events."""
+    """Builds the named backends on rank 0 and wires them to the engines' events.
+
+    Besides the named backends, every run keeps its metric history in ``<save_dir>/metrics.csv``
+    (the csv backend, unless named already), and with ``pbar`` the epoch blocks of ``text``
+    are printed too.
+    """
 
     def __init__(self, cfg):
         self.cfg = cfg
         self.backends = []
+        # The sinks the framework adds itself, after the named ones.
+        self._implicit = []
+        # One epoch's metrics of every engine, logged together once the epoch is over.
+        self._epoch_record = {}
+        # The non-finite check, whose last read loss is logged as train/loss.
+        self._losses = None
+
+    @property
+    def sinks(self) -> list:
+        return [*self.backends, *self._implicit]
 
     def start(self):
         if idist.get_rank() != 0:
@@ -127,36 +154,52 @@ class LoggingCallback:
             write_config_json(self.cfg)
         try:
             for name in self.cfg.logger_name:
-                if name in NOT_A_BACKEND:
-                    continue
-                backend_cls = import_entrypoint(_backend_path(name), "Backend", field="logger_name")
-                self.backends.append(backend_cls(self.cfg))
+                if name not in NOT_A_BACKEND:
+                    self.backends.append(_build(name, self.cfg))
+            for name in self._implied():
+                self._implicit.append(_build(name, self.cfg))
         except BaseException:
             # The sinks already built (an open W&B or MLflow run) must not outlive the error.
             self.finish(failed=True)
             raise
         return self
 
-    def _log(self, metrics, step=None, epoch=None):
-        for backend in self.backends:
-            backend.log(metrics, step=step, epoch=epoch)
+    def _implied(self) -> list:
+        named = set(self.cfg.logger_name)
+        implied = ["csv"] if "csv" not in named and self.cfg.get("save_dir") else []
+        if "pbar" in named and "text" not in named:
+            implied.append("text")
+        return implied
+
+    def _log(self, metrics, step=None, epoch=None, per_iteration=False):
+        for sink in self.sinks:
+            if per_iteration and not getattr(sink, "per_iteration", True):
+                continue
+            sink.log(metrics, step=step, epoch=epoch)
+
+    def follow_losses(self, check) -> None:
+        """Log ``check``'s last read loss as ``train/loss`` at the per-iteration points."""
+        self._losses = check
 
     def on_train_epoch_end(self, trainer, optimizer):
-        if not self.backends:
-            return  # other ranks, or no sink named: nothing to collect per iteration
+        if not self.sinks:
+            return  # other ranks: nothing to collect per iteration
 
-        @trainer.on(Events.EPOCH_COMPLETED(every=1))
-        def _log_train_metrics(engine):
+        @trainer.on(Events.EPOCH_COMPLETED)
+        def _record_train_metrics(engine):
             # A run stopped at this point (a non-finite loss) has nothing good to log.
             if not engine.should_terminate:
-                self._log(_flatten(engine.state.metrics), epoch=engine.state.epoch)
+                self._epoch_record.update(_flatten(engine.state.metrics))
 
         @trainer.on(Events.ITERATION_COMPLETED(every=self.cfg.log_every))
-        def _log_lr(engine):
+        def _log_lr_and_loss(engine):
             if engine.should_terminate:
                 return
-            lrs = {f"train/lr_{i}": group["lr"] for i, group in enumerate(optimizer.param_groups)}
-            self._log(lrs, step=engine.state.iteration, epoch=engine.state.epoch)
+            point = {f"train/lr_{i}": group["lr"] for i, group in enumerate(optimizer.param_groups)}
+            last = self._losses.last_loss if self._losses is not None else None
+            if last is not None and last[0] == engine.state.iteration:
+                point["train/loss"] = last[1]
+            self._log(point, engine.state.iteration, engine.state.epoch, per_iteration=True)
 
     def on_train_iteration(self, trainer, model):
         if not self.cfg.watch_grad or not self.backends:
@@ -172,15 +215,27 @@ class LoggingCallback:
                 {"train/grad_norm": _grad_norm(model)},
                 step=engine.state.iteration,
                 epoch=engine.state.epoch,
+                per_iteration=True,
             )
 
     def on_valid_epoch_end(self, trainer, engine):
-        if not self.backends:
+        if not self.sinks:
             return
 
         @engine.on(Events.EPOCH_COMPLETED)
-        def _log_eval_metrics(eval_engine):
-            self._log(_flatten(eval_engine.state.metrics), epoch=trainer.state.epoch)
+        def _record_eval_metrics(eval_engine):
+            self._epoch_record.update(_flatten(eval_engine.state.metrics))
+
+    def on_epoch_logged(self, trainer):
+        """After the epoch's evaluations: one record of every engine's metrics."""
+        if not self.sinks:
+            return
+
+        @trainer.on(Events.EPOCH_COMPLETED)
+        def _log_epoch(engine):
+            record, self._epoch_record = self._epoch_record, {}
+            if record:
+                self._log(record, step=engine.state.iteration, epoch=engine.state.epoch)
 
     def on_completion(self, trainer):
         @trainer.on(Events.COMPLETED)
@@ -190,12 +245,12 @@ class LoggingCallback:
     def finish(self, failed=False):
         """Finish every backend, even when one of them raises, then forget them all."""
         errors = []
-        for backend in self.backends:
+        for backend in self.sinks:
             try:
                 backend.finish(failed=failed)
             except Exception as err:
                 errors.append((type(backend).__module__, err))
-        self.backends = []
+        self.backends, self._implicit = [], []
         # After a crash the crash is what propagates; a clean run surfaces the first error.
         raised = errors[0][1] if errors and not failed else None
         for module, err in errors:

@@ -3,6 +3,7 @@
 import argparse
 import os
 import sys
+import time
 from collections.abc import Sequence
 from typing import Optional
 
@@ -148,7 +149,12 @@ def _train(args: argparse.Namespace, paths: list[str]) -> int:
     if len(paths) > 1:
         # Each child loads and validates its own config; the parent only fans out.
         return launch.launch_many(paths, [f"--override={item}" for item in args.override])
-    launch.launch(_prepare(args, paths[0]))
+    from gatle_ignite.cli.summary import print_run_summary
+
+    cfg = _prepare(args, paths[0])
+    started = time.monotonic()
+    launch.launch(cfg)
+    print_run_summary(cfg, paths[0], args.override, time.monotonic() - started)
     return 0
 
 

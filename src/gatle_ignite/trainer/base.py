@@ -24,14 +24,20 @@ from gatle_ignite.trainer.checkpointing import (
     save_iteration_checkpoint,
     score_function,
 )
+from gatle_ignite.trainer.checks import (
+    check_not_empty,
+    check_prepared,
+    check_scores,
+    explain_forward_error,
+)
 from gatle_ignite.trainer.handlers import (
     LossAverage,
     NonFiniteCheck,
     PreemptionStop,
+    ProgressLines,
     check_every,
     clear_state,
     empty_cuda_cache,
-    progress_printer,
     save_and_log_cadences,
 )
 from gatle_ignite.trainer.preemption import REQUEST as PREEMPTION
@@ -93,6 +99,8 @@ class BaseTrainer:
         self._diverged = False
         # checkpoint key -> EarlyStop. setup() fills it before anything is checkpointed.
         self._early_stoppers = {}
+        # engine key -> the names of the metrics attach_metrics attached to it.
+        self._metric_names = {}
         # The run directory fit() opens, and the handlers attach_runner() adds to the trainer.
         self.run_dir = None
         self._nan_check = None
@@ -231,8 +239,9 @@ class BaseTrainer:
         # no_sync covers the forward too: DDP decides during forward whether to all-reduce.
         with self._maybe_no_sync(is_step):
             x = self.prep_batch(batch, split=split)
+            check_prepared(x, split)
             with self._autocast():
-                y_pred = self.forward(x["model_input"])
+                y_pred = self._forward_explained(x["model_input"])
                 loss, dict_losses = self.loss_fn(y_pred, x, iteration=engine.state.iteration)
             # By the window, not accum_steps: an epoch's last window can be shorter.
             self.backward(loss / window if window > 1 else loss, step=is_step)
@@ -267,9 +276,20 @@ class BaseTrainer:
         if self.model.training:
             self.model.eval()
         x = self.prep_batch(batch, split=split)
+        check_prepared(x, split)
         with torch.no_grad(), self._autocast():
-            y_pred = self.forward(x["model_input"])
+            y_pred = self._forward_explained(x["model_input"])
         return {"y_pred": y_pred, "target": x}
+
+    def _forward_explained(self, model_input):
+        """``forward``; a model refusing the ``model_input`` keys says so in one error."""
+        try:
+            return self.forward(model_input)
+        except TypeError as error:
+            problem = explain_forward_error(self.model, model_input)
+            if problem is None:
+                raise
+            raise problem from error
 
     # ---- Framework below: a task never needs to touch it ----
 
@@ -285,6 +305,9 @@ class BaseTrainer:
             self.logger = LoggingCallback(cfg)
             self.logger.start()
         self.build_dataloaders()
+        for split, loader in self.dls.items():
+            if loader is not None:
+                check_not_empty(split, loader)
         self.model = self.build_model()
         # An overridden build_model owns compilation, so check that it did compile.
         check_build_model_override(self.model, getattr(self, "_compiling", None), cfg)
@@ -293,6 +316,8 @@ class BaseTrainer:
         self.build_engines()
         self.build_scheduler()
         self.attach_metrics()
+        if "run" not in cfg:
+            check_scores(cfg, self.eval_specs(), self._metric_names)
         # Before attach_checkpoints, which saves their counters. Inference mode never trains.
         if "run" not in cfg:
             self._early_stoppers = build_early_stoppers(
@@ -534,7 +559,7 @@ class BaseTrainer:
             engine = self.engines.get(spec.key)
             if engine is None:
                 continue
-            self.init_metrics(
+            self._metric_names[spec.key] = self.init_metrics(
                 engine,
                 spec.engine_type,
                 self.cfg.get(spec.metrics_field, {}),
@@ -578,6 +603,7 @@ class BaseTrainer:
         )
         self._nan_check.attach(trainer)
         if self.logger is not None:
+            self.logger.follow_losses(self._nan_check)
             self.logger.on_train_epoch_end(trainer, self.optimizer)
             self.logger.on_train_iteration(trainer, self.model)
         for spec in self.eval_specs():
@@ -585,6 +611,8 @@ class BaseTrainer:
         for stopper in self._early_stoppers.values():
             self._post_eval.setdefault(stopper.spec.key, []).append(stopper)
         if self.logger is not None:
+            # After the evaluations: one record per epoch, every engine's metrics together.
+            self.logger.on_epoch_logged(trainer)
             self.logger.on_completion(trainer)
 
     def _mark_diverged(self):
@@ -612,19 +640,24 @@ class BaseTrainer:
         cfg = self.cfg
         trainer = self.engines["trainer"]
         engines = [e for e in self.engines.values() if e is not None]
+        loss = (lambda: self._nan_check.last_loss) if self._nan_check is not None else None
         if "pbar" in cfg.logger_name:
             if idist.get_rank() == 0:
-                for engine in engines:
-                    ProgressBar(persist=False).attach(engine)
+                _attach_bars(trainer, engines, loss)
         elif idist.get_rank() == 0 and cfg.get("verbosity", 1) >= 1:
             every = max((cfg.train_length or len(self.dls["train"])) // 10, 1)
-            trainer.add_event_handler(Events.ITERATION_COMPLETED, progress_printer("TRAIN", every))
+            ProgressLines(
+                "TRAIN",
+                every,
+                batch_size=cfg.train_ds_params.get("bs"),
+                loss=loss,
+                max_epochs=cfg.max_epochs,
+            ).attach(trainer)
             for spec in self.eval_specs():
                 if self._eval_progress_prints(spec):
-                    self.engines[spec.key].add_event_handler(
-                        Events.ITERATION_COMPLETED,
-                        progress_printer(spec.progress_label, spec.progress_every),
-                    )
+                    batch_size = cfg.get(f"{spec.split}_ds_params", {}).get("bs")
+                    lines = ProgressLines(spec.progress_label, spec.progress_every, batch_size)
+                    lines.attach(self.engines[spec.key])
         for engine in engines:
             engine.add_event_handler(Events.EPOCH_STARTED, clear_state)
             engine.add_event_handler(Events.EPOCH_COMPLETED, empty_cuda_cache)
@@ -650,6 +683,26 @@ class BaseTrainer:
             except TypeError:
                 return True  # an iterable dataset: its length is unknown
         return not isinstance(spec.progress_every, int) or length >= spec.progress_every
+
+
+# ignite's default bar, with tqdm's rate added.
+_BAR = (
+    "{desc}[{n_fmt}/{total_fmt}] {percentage:3.0f}%|{bar}{postfix} "
+    "[{elapsed}<{remaining}, {rate_fmt}]"
+)
+
+
+def _attach_bars(trainer, engines, loss) -> None:
+    """tqdm bars: the trainer's shows the last loss read; tqdm shows it/s by itself."""
+    for engine in engines:
+        shown = None
+        if engine is trainer and loss is not None:
+
+            def shown(_output):
+                last = loss()
+                return {"loss": last[1]} if last is not None else {}
+
+        ProgressBar(persist=False, bar_format=_BAR).attach(engine, output_transform=shown)
 
 
 def _interrupted(error) -> tuple:

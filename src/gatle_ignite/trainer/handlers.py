@@ -26,11 +26,11 @@ __all__ = [
     "LossAverage",
     "NonFiniteCheck",
     "PreemptionStop",
+    "ProgressLines",
+    "check_every",
     "clear_state",
     "empty_cuda_cache",
-    "check_every",
     "ends_epoch",
-    "progress_printer",
     "save_and_log_cadences",
 ]
 
@@ -107,9 +107,8 @@ class NonFiniteCheck:
         self.on_stop = on_stop
         self.first_bad = None
         self.stopped = False
-        # The last checked step's total loss, and (iteration, total) since the last take.
+        # (iteration, total loss) of the last step read, for progress lines and logging.
         self.last_loss = None
-        self.history = []
         self._pending = []
         self._checked_at = 0
 
@@ -143,10 +142,6 @@ class NonFiniteCheck:
                 self._stop(engine)
         return self.stopped
 
-    def take_history(self) -> list:
-        taken, self.history = self.history, []
-        return taken
-
     def _read(self) -> None:
         pending, self._pending = self._pending, []
         flat = [_scalar_of(t) for _iteration, tensors in pending for t in tensors]
@@ -164,8 +159,7 @@ class NonFiniteCheck:
             if not all(math.isfinite(v) for v in step):
                 self._found(iteration)
             if step:
-                self.last_loss = step[0]
-                self.history.append((iteration, step[0]))
+                self.last_loss = (iteration, step[0])
 
     def _found(self, iteration: int) -> None:
         if self.first_bad is None or iteration < self.first_bad:
@@ -233,27 +227,87 @@ class LossAverage(Average):
         return super().compute()
 
 
-def progress_printer(label, every=1):
-    """A text progress line every ``every`` iterations; attached on rank 0 only."""
-    if not isinstance(every, int) or every < 1:
-        raise ValueError(f"{label} progress: every must be a positive integer, got {every!r}")
+def _duration(seconds: float) -> str:
+    seconds = int(seconds)
+    return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
 
-    def report(engine):
+
+def _count(value: float) -> str:
+    return f"{value / 1000:.1f}k" if value >= 10_000 else f"{value:.1f}"
+
+
+class ProgressLines:
+    """A text line every ``every`` iterations, on rank 0: where the engine is, the last loss
+    read, throughput, time spent and time left.
+
+    ``loss`` returns the check's last ``(iteration, value)`` (read at check points only);
+    ``batch_size`` (the global batch) gives samples/s; ``max_epochs`` gives the run's ETA.
+    """
+
+    def __init__(self, label, every=1, batch_size=None, loss=None, max_epochs=None):
+        if not isinstance(every, int) or every < 1:
+            raise ValueError(f"{label} progress: every must be a positive integer, got {every!r}")
+        self.label = label
+        self.every = every
+        self.batch_size = batch_size
+        self.loss = loss
+        self.max_epochs = max_epochs
+        self._started = None
+        self._epoch_started = None
+        self._first_iteration = 0
+        self._epoch_first_iteration = 0
+
+    def attach(self, engine) -> None:
+        engine.add_event_handler(Events.STARTED, self._start)
+        engine.add_event_handler(Events.EPOCH_STARTED, self._start_epoch)
+        engine.add_event_handler(Events.ITERATION_COMPLETED, self.report)
+
+    def _start(self, engine) -> None:
+        self._started, self._first_iteration = time.monotonic(), engine.state.iteration
+
+    def _start_epoch(self, engine) -> None:
+        self._epoch_started, self._epoch_first_iteration = time.monotonic(), engine.state.iteration
+
+    def report(self, engine) -> None:
         state = engine.state
-        if state.iteration % every:
+        if state.iteration % self.every or sys.stdout is None:
             return
-        length = state.epoch_length
-        if length:
-            done = ((state.iteration - 1) % length) + 1
-            where = f"({done / length:.2f}) - {done}/{length}"
-        else:
-            where = f"(?) - {state.iteration}/{length}"
-        # One write, where print() makes two; like print(), nothing without a stdout.
-        if sys.stdout is not None:
-            stamp = time.strftime("%Y-%m-%d %H:%M:%S")
-            sys.stdout.write(f"[{stamp}] {label} epoch {state.epoch}: {where}\n")
+        now = time.monotonic()
+        parts = [self._position(state)]
+        if self.loss is not None and self.loss() is not None:
+            parts.append(f"loss {self.loss()[1]:.5g}")
+        done = state.iteration - self._epoch_first_iteration
+        rate = done / max(now - self._epoch_started, 1e-9)
+        speed = f"{_count(rate)} it/s"
+        if self.batch_size:
+            speed += f", {_count(rate * self.batch_size)} samples/s"
+        parts.append(speed)
+        parts.append(f"elapsed {_duration(now - self._started)}")
+        parts.append(self._eta(state, rate, now))
+        stamp = time.strftime("%Y-%m-%d %H:%M:%S")
+        # One write, where print() makes two.
+        sys.stdout.write(f"[{stamp}] {self.label} epoch {state.epoch}: {' | '.join(parts)}\n")
 
-    return report
+    @staticmethod
+    def _position(state) -> str:
+        length = state.epoch_length
+        if not length:
+            return f"{state.iteration}/?"
+        done = (state.iteration - 1) % length + 1
+        return f"{done}/{length} ({done / length:.0%})"
+
+    def _eta(self, state, rate, now) -> str:
+        length = state.epoch_length
+        if not length:
+            return "ETA ?"
+        left = length - ((state.iteration - 1) % length + 1)
+        eta = f"ETA epoch {_duration(left / max(rate, 1e-9))}"
+        if self.max_epochs:
+            # The whole run's pace, evaluations and checkpoints included.
+            overall = (state.iteration - self._first_iteration) / max(now - self._started, 1e-9)
+            remaining = self.max_epochs * length - state.iteration
+            eta += f", run {_duration(remaining / max(overall, 1e-9))}"
+        return eta
 
 
 class PreemptionStop:

@@ -22,8 +22,24 @@ def rank_zero_print(*args, **kwargs) -> None:
         print(*args, **kwargs)
 
 
+class _NotTheTraceback(logging.Filter):
+    """Drops ignite's "run is terminating due to exception" lines: the exception that follows
+    says the same, with its traceback (or, for a config error, the fix)."""
+
+    def filter(self, record) -> bool:
+        return "is terminating due to exception" not in record.getMessage()
+
+
+_ENGINE_LOGGER = logging.getLogger("ignite.engine.engine.Engine")
+_TERMINATING = _NotTheTraceback()
+
+
 def quiet_ignite_loggers(verbosity: int) -> None:
-    """ignite's INFO lines only at ``verbosity`` 2; warnings always."""
+    """ignite's INFO lines and its echo of an exception only at ``verbosity`` 2."""
     level = logging.INFO if verbosity >= 2 else logging.WARNING
     for name in _IGNITE_LOGGERS:
         setup_logger(name, level=level, distributed_rank=0).setLevel(level)
+    if verbosity >= 2:
+        _ENGINE_LOGGER.removeFilter(_TERMINATING)
+    else:
+        _ENGINE_LOGGER.addFilter(_TERMINATING)

@@ -21,6 +21,9 @@ def _field_value(value) -> str:
 class Backend(BaseBackend):
     """Posts embeds titled ``cfg.name``; a failed post is printed, never raised."""
 
+    # One message per epoch; a point every log_every iterations would flood the channel.
+    per_iteration = False
+
     def __init__(self, cfg):
         super().__init__(cfg)
         self.requests = import_extra("requests", "discord")

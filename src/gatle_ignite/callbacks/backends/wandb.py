@@ -30,7 +30,8 @@ class Backend(BaseBackend):
         payload = dict(metrics)
         if epoch is not None:
             payload["epoch"] = epoch
-        self.run.log(payload)
+        # The global iteration, the step every backend shares.
+        self.run.log(payload, step=step)
 
     def watch(self, model):
         self.run.watch(model)

@@ -1,0 +1,76 @@
+"""The lines that end ``gatle-ignite train``: what the run became, where it is, what to run next.
+
+Read from the run's manifest, so they are the same whether the run trained in this process or
+in ranks it spawned.
+"""
+
+import os
+import shlex
+from pathlib import Path
+
+from gatle_ignite.run.layout import OWNED_LOGS
+from gatle_ignite.run.manifest import Manifest
+
+__all__ = ["print_run_summary"]
+
+# Overrides that steer one start and would mislead in a suggested command.
+_ONE_OFF = ("resume", "replace_run", "accept_changes")
+
+
+def _first_process() -> bool:
+    """Under torchrun or srun every rank runs the CLI; only the first one reports."""
+    return os.environ.get("RANK", os.environ.get("SLURM_PROCID", "0")) == "0"
+
+
+def _command(verb: str, config: str, overrides, *extra) -> str:
+    kept = [o for o in overrides if o.split("=", 1)[0].strip() not in _ONE_OFF]
+    words = ["gatle-ignite", verb, f"--config={config}", *(f"--override={o}" for o in kept)]
+    return " ".join(shlex.quote(w) for w in (*words, *extra))
+
+
+def _best_line(manifest: Manifest, cfg, save_dir: Path):
+    score_name = cfg.get("score_name", None)
+    engine = score_name.split("/")[0] if score_name else ""
+    bests = [e for e in manifest.checkpoints if e.kind == "best" and e.engine == engine]
+    if not bests:
+        return None
+    top = max(bests, key=lambda e: (e.score if e.score is not None else float("-inf"), e.epoch))
+    factor = cfg.get("score_factor", 1) or 1
+    value = f"{top.score / factor:.5g}" if top.score is not None else "?"
+    return f"{score_name} {value} at epoch {top.epoch}: {save_dir / top.file}"
+
+
+def _latest(manifest: Manifest, save_dir: Path):
+    resumable = manifest.resumable_newest_first()
+    return str(save_dir / resumable[0].file) if resumable else None
+
+
+def _logs(save_dir: Path) -> str:
+    found = [save_dir / name for name in OWNED_LOGS if (save_dir / name).exists()]
+    return ", ".join(str(p) for p in [*found, save_dir / "run.json"])
+
+
+def print_run_summary(cfg, config: str, overrides, seconds: float) -> None:
+    """Print the summary of the run in ``cfg.save_dir`` after this command trained it."""
+    save_dir = Path(cfg.save_dir)
+    try:
+        manifest = Manifest.read(save_dir)
+    except (ValueError, TypeError):
+        manifest = None
+    if manifest is None or not _first_process():
+        return
+    reason = f" ({manifest.stop_reason})" if manifest.stop_reason else ""
+    lines = [
+        f"RUN {manifest.state.upper()}{reason}: '{manifest.name}', epoch "
+        f"{manifest.trained_epoch}/{manifest.max_epochs} (iteration "
+        f"{manifest.trained_iteration}), {seconds:.1f} s in this command",
+    ]
+    rows = (
+        ("best", _best_line(manifest, cfg, save_dir)),
+        ("latest", _latest(manifest, save_dir)),
+        ("logs", _logs(save_dir)),
+        ("evaluate", _command("eval", config, overrides, "--ckpt", "best")),
+        ("resume", _command("train", config, overrides, "--override", "resume=True")),
+    )
+    lines += [f"  {label:<9}{value}" for label, value in rows if value]
+    print("\n".join(lines))

@@ -1,0 +1,94 @@
+"""Mistakes caught before they cost an epoch, each a config error naming the fix.
+
+A ``prep_batch`` that returns the wrong thing, a model whose ``forward`` refuses the
+``model_input`` keys, a ``score_name`` no engine produces, a split with no batches.
+"""
+
+import inspect
+from collections.abc import Mapping
+
+from gatle_ignite.dispatch import ConfigError, ParamsError
+
+__all__ = ["check_not_empty", "check_prepared", "check_scores", "explain_forward_error"]
+
+
+def _shape_of(value) -> str:
+    if isinstance(value, Mapping):
+        return f"a {type(value).__name__} with keys {sorted(map(str, value))}"
+    if isinstance(value, (tuple, list)):
+        return f"a {type(value).__name__} of {len(value)} item(s)"
+    return f"a {type(value).__name__}"
+
+
+def check_prepared(prepared, split: str) -> None:
+    """Refuse what ``prep_batch`` returned unless it is a dict with a ``model_input`` dict."""
+    if isinstance(prepared, Mapping) and isinstance(prepared.get("model_input"), Mapping):
+        return
+    raise ConfigError(
+        f'prep_batch(batch, split="{split}") returned {_shape_of(prepared)}, but it must return '
+        f'a dict holding "model_input", the dict of the model\'s keyword arguments, beside what '
+        f"the loss and metrics read, e.g.\n"
+        f'    return {{"model_input": {{"x": x}}, "targets": {{"labels": y}}}}\n'
+        f"  Fix prep_batch in your Trainer (cfg.main_runner)."
+    )
+
+
+def explain_forward_error(model, model_input: Mapping):
+    """The error to raise when the model refuses the ``model_input`` keys, else None.
+
+    Called after forward raised a TypeError: only a mismatch of keys and arguments is
+    explained; a TypeError from inside the model keeps its own traceback.
+    """
+    forward = getattr(getattr(model, "module", model), "forward", None)
+    try:
+        signature = inspect.signature(forward)
+    except (TypeError, ValueError):
+        return None
+    try:
+        signature.bind(**model_input)
+    except TypeError as refused:
+        return ParamsError(
+            f"the model's forward{signature} does not accept the model_input keys "
+            f"{sorted(model_input)} that prep_batch returned ({refused}).\n"
+            f"  Make prep_batch's model_input keys match forward's arguments, or the other way "
+            f"round."
+        )
+    return None
+
+
+def check_scores(cfg, specs, metric_names: dict) -> None:
+    """Refuse a score field naming a metric its engine does not produce.
+
+    ``metric_names`` maps a built engine's key to the names attached to it; an engine that was
+    not built (no data, a cadence of 0) is already warned about by the config checks.
+    """
+    for spec in specs:
+        score_name = cfg.get(spec.score_field, None) if spec.score_field else None
+        names = metric_names.get(spec.key)
+        if not isinstance(score_name, str) or not score_name or names is None:
+            continue
+        if score_name not in names:
+            raise ConfigError(
+                f"cfg.{spec.score_field} = {score_name!r}, but the '{spec.key}' engine produces "
+                f"{sorted(names)}.\n"
+                f"  Name one of those, or add the metric to cfg.{spec.metrics_field}."
+            )
+
+
+def check_not_empty(split: str, loader) -> None:
+    """Refuse a split with nothing to run, which would otherwise only fail after an epoch.
+
+    The training split must yield a batch on this rank; an evaluation split must hold a
+    sample (one rank's exact shard of a tiny split may be empty, and that is fine).
+    """
+    dataset = getattr(loader, "dataset", None)
+    try:
+        empty = len(loader) == 0 if split == "train" else len(dataset) == 0
+    except TypeError:
+        return  # an iterable dataset: its length is unknown
+    if empty:
+        raise ConfigError(
+            f"the {split} split yields no batch: {len(dataset)} sample(s), batch size "
+            f"{getattr(loader, 'batch_size', '?')}, drop_last={getattr(loader, 'drop_last', '?')}."
+            f"\n  Give it data, a smaller bs, or drop_last=False in cfg.{split}_ds_params."
+        )

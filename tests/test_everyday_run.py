@@ -1,0 +1,146 @@
+"""The everyday run through the CLI: what it prints, what it keeps, and the mistakes it catches
+before the first epoch, each one error with its fix (exit 2, no traceback)."""
+
+import csv
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gatle_ignite.cli.main import main
+from tests.conftest import ROOT
+
+BASE = {"train_ds_params": {"n": 64, "bs": 16, "shuffle": True, "seed": 0}, "max_epochs": 2}
+
+
+def _config(tmp_path, trainer="tests.toy.trainer", **fields) -> Path:
+    fields = {**BASE, "save_dir": str(tmp_path / "run"), "main_runner": trainer, **fields}
+    path = tmp_path / "cfg.py"
+    path.write_text(
+        "from tests.toy.config import toy_config\n\n\n"
+        f"def get_config():\n    return toy_config(**{fields!r})\n"
+    )
+    return path
+
+
+@pytest.fixture
+def train(capsys, monkeypatch):
+    monkeypatch.chdir(ROOT)
+
+    def run(config, *overrides):
+        code = main(["train", f"--config={config}", *(f"--override={o}" for o in overrides)])
+        out, err = capsys.readouterr()
+        return code, out, err
+
+    return run
+
+
+def _refused_before_training(result, *phrases):
+    code, out, err = result
+    assert code == 2, err
+    for phrase in phrases:
+        assert phrase in err
+    assert "Traceback" not in err and "terminating due to exception" not in err
+    assert "TRAIN epoch" not in out
+
+
+# ---- mistakes caught before the first step completes ----
+
+
+def test_a_prep_batch_returning_a_tuple_is_one_clear_error(tmp_path, train):
+    config = _config(tmp_path, "tests.toy.bad_trainers.returns_tuple")
+    _refused_before_training(
+        train(config),
+        'prep_batch(batch, split="train") returned a tuple of 2 item(s)',
+        '"model_input"',
+    )
+
+
+def test_a_prep_batch_without_model_input_is_one_clear_error(tmp_path, train):
+    config = _config(tmp_path, "tests.toy.bad_trainers.no_model_input")
+    _refused_before_training(train(config), "returned a dict with keys ['inputs', 'targets']")
+
+
+def test_a_model_refusing_the_model_input_keys_is_one_clear_error(tmp_path, train):
+    config = _config(tmp_path, "tests.toy.bad_trainers.wrong_keys")
+    _refused_before_training(
+        train(config), "does not accept the model_input keys ['inputs']", "forward(x)"
+    )
+
+
+def test_a_score_name_no_engine_produces_is_refused_before_training(tmp_path, train):
+    config = _config(tmp_path, score_name="valid/accuracy")
+    _refused_before_training(train(config), "cfg.score_name = 'valid/accuracy'", "['valid/acc']")
+    assert not (tmp_path / "run" / "latest_epoch_checkpoint_1.pt").exists()
+
+
+def test_an_empty_training_split_is_refused_at_start(tmp_path, train):
+    loader = {"n": 8, "bs": 16, "drop_last": True}
+    _refused_before_training(
+        train(_config(tmp_path, train_ds_params=loader)), "the train split yields no batch"
+    )
+
+
+def test_an_empty_evaluation_split_is_refused_at_start(tmp_path, train):
+    _refused_before_training(
+        train(_config(tmp_path, valid_ds_params={"n": 0, "bs": 16})),
+        "the valid split yields no batch",
+    )
+
+
+# ---- output ----
+
+
+def test_a_run_prints_progress_epoch_blocks_and_a_summary_and_no_ignite_info(tmp_path, train):
+    code, out, err = train(_config(tmp_path, logger_name=["text"]))
+    assert code == 0
+    assert "auto_dataloader" not in err and "INFO" not in err
+    progress = [line for line in out.splitlines() if " TRAIN epoch " in line]
+    assert progress and all(
+        re.search(r"loss [\d.e+-]+ \| [\d.]+k? it/s, [\d.]+k? samples/s \| elapsed", line)
+        for line in progress[1:]
+    )
+    assert out.count("--- epoch 2/2 (iteration 8) ---") == 1
+    block = out.split("--- epoch 2/2 (iteration 8) ---\n")[1].splitlines()
+    assert block[0].startswith("train  loss_avg ") and block[1].startswith("valid  acc ")
+    # Numbers at 5 significant digits, not 16.
+    assert all(len(token.replace(".", "")) <= 6 for token in re.findall(r"\d\.\d+", block[0]))
+    summary = out[out.index("RUN COMPLETED") :]
+    for line in ("best     valid/acc", "latest   ", "logs     ", "evaluate gatle-ignite eval"):
+        assert line in summary
+    assert "--override resume=True" in summary and "metrics.csv" in summary
+
+
+@pytest.mark.parametrize("verbosity", [1, 2])
+def test_ignites_info_lines_only_at_verbosity_2(tmp_path, verbosity):
+    # A process of its own: ignite's loggers keep the stream they were created with.
+    done = subprocess.run(
+        [sys.executable, "-m", "gatle_ignite", "train", f"--config={_config(tmp_path)}"]
+        + [f"--override=verbosity={verbosity}"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert ("auto_dataloader" in done.stderr) == (verbosity == 2)
+
+
+def test_every_run_keeps_its_history_with_the_loss_every_log_every_steps(tmp_path, train):
+    assert train(_config(tmp_path, logger_name=["text"], log_every=2))[0] == 0
+    with open(tmp_path / "run" / "metrics.csv", newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    losses = [(row["epoch"], row["step"]) for row in rows if row["name"] == "train/loss"]
+    assert losses == [("1", "2"), ("1", "4"), ("2", "6"), ("2", "8")]
+    accuracy = [(row["epoch"], row["step"]) for row in rows if row["name"] == "valid/acc"]
+    assert accuracy == [("1", "4"), ("2", "8")]
+
+
+def test_pbar_shows_the_loss_and_still_prints_epoch_metrics(tmp_path, train):
+    code, out, err = train(_config(tmp_path, logger_name=["pbar"]))
+    assert code == 0
+    assert "--- epoch 1/2 (iteration 4) ---" in out and "valid  acc " in out
+    assert "loss=" in err and "it/s" in err
+    assert " TRAIN epoch " not in out
