@@ -1,6 +1,9 @@
 """Shared fixtures: a tiny task config, and the repository root on sys.path."""
 
+import os
+import signal
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -43,3 +46,17 @@ def count_stdout_writes(monkeypatch):
         return writes
 
     return install
+
+
+def no_process_left(group) -> bool:
+    """Whether every process of a child's session (``group``) is gone within 10 s; any left
+    are killed."""
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(group, 0)
+        except ProcessLookupError:
+            return True
+        time.sleep(0.1)
+    os.killpg(group, signal.SIGKILL)
+    return False

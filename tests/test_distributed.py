@@ -11,7 +11,7 @@ import time
 import pytest
 import torch
 
-from tests.conftest import ROOT
+from tests.conftest import ROOT, no_process_left
 from tests.toy.config import toy_config
 from tests.toy.trainer import Trainer
 
@@ -231,9 +231,8 @@ def test_torchrun_is_joined_and_matches_the_self_spawned_run(tmp_path):
     assert all(torch.allclose(a[k], b[k], atol=1e-6) for k in a)
 
 
-def test_an_srun_job_step_is_joined(tmp_path):
-    save_dir = tmp_path / "run"
-    config = _write_config(tmp_path / "cfg.py", save_dir=str(save_dir), max_epochs=1)
+def _srun_job_step(config, stderr=subprocess.STDOUT):
+    """Start the 2 tasks of a SLURM job step on this machine, as srun would."""
     job_id = str(random.randint(10000, 99999))
     ranks = []
     for rank in (0, 1):
@@ -245,6 +244,7 @@ def test_an_srun_job_step_is_joined(tmp_path):
             SLURM_NTASKS="2",
             SLURM_JOB_NODELIST="localhost",
             SLURM_JOB_NUM_NODES="1",
+            PYTHONUNBUFFERED="1",
         )
         ranks.append(
             subprocess.Popen(
@@ -252,10 +252,17 @@ def test_an_srun_job_step_is_joined(tmp_path):
                 cwd=ROOT,
                 env=env,
                 stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
+                stderr=stderr,
                 text=True,
             )
         )
+    return ranks
+
+
+def test_an_srun_job_step_is_joined(tmp_path):
+    save_dir = tmp_path / "run"
+    config = _write_config(tmp_path / "cfg.py", save_dir=str(save_dir), max_epochs=1)
+    ranks = _srun_job_step(config)
     outputs = [proc.communicate(timeout=TIMEOUT)[0] for proc in ranks]
     assert [proc.returncode for proc in ranks] == [0, 0], outputs
     assert [p["world_size"] for p in _probes(save_dir)] == [2, 2]
@@ -269,3 +276,72 @@ def test_spawning_inside_a_slurm_allocation_works(tmp_path):
     env = _clean_env(SLURM_JOB_ID="4242", SLURM_NTASKS="1", SLURM_PROCID="0")
     _ok(_cli("train", f"--config={config}", "--override=nproc_per_node=2", *GLOO, env=env))
     assert [p["world_size"] for p in _probes(save_dir)] == [2, 2]
+
+
+def test_run_task_returns_the_task_on_every_rank(tmp_path):
+    config = _write_config(tmp_path / "cfg.py", save_dir=str(tmp_path / "run"), max_epochs=1)
+    done = subprocess.run(
+        [sys.executable, "-m", "tests.toy.run_task_on_ranks", config, str(_free_port())]
+        + ["auto_model_params.sync_bn=False"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        env=_clean_env(),
+    )
+    out = _ok(done)
+    for rank in (0, 1):
+        # The DDP wrapper is gone: it held the process group past ignite's teardown.
+        assert f"rank {rank} got Trainer with a Model model after 4 iterations" in out
+
+
+STALL = {"max_epochs": 2, "dist_timeout": 5, "fault_stall_rank": 1, "fault_stall_at": 3}
+STALLED = "injected stall on rank 1 at iteration 3"
+
+
+def _read_until(stream, text):
+    lines = []
+    for line in stream:
+        lines.append(line)
+        if text in line:
+            return
+    raise AssertionError(f"no {text!r} before the end:\n" + "".join(lines[-30:]))
+
+
+def test_a_stalled_rank_ends_the_spawned_run_within_twice_dist_timeout(tmp_path):
+    config = _write_config(tmp_path / "cfg.py", save_dir=str(tmp_path / "run"), **STALL)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "gatle_ignite", "train", f"--config={config}"]
+        + ["--override=nproc_per_node=2", *GLOO],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=_clean_env(PYTHONUNBUFFERED="1"),
+        start_new_session=True,
+    )
+    _read_until(process.stdout, STALLED)
+    stalled = time.monotonic()
+    _out, err = process.communicate(timeout=TIMEOUT)
+    elapsed = time.monotonic() - stalled
+    assert process.returncode == 69, (process.returncode, err[-3000:])
+    assert err.count("distributed timeout: rank 0 waited more than dist_timeout=5 s") == 1
+    assert "Traceback" not in err
+    assert elapsed < 2 * STALL["dist_timeout"], elapsed
+    assert no_process_left(process.pid)
+
+
+def test_a_stalled_rank_in_a_joined_world_times_its_peer_out(tmp_path):
+    config = _write_config(tmp_path / "cfg.py", save_dir=str(tmp_path / "run"), **STALL)
+    waiting, stalling = _srun_job_step(config, stderr=subprocess.PIPE)
+    try:
+        _read_until(stalling.stdout, STALLED)
+        stalled = time.monotonic()
+        _out, err = waiting.communicate(timeout=TIMEOUT)
+        elapsed = time.monotonic() - stalled
+    finally:
+        stalling.kill()
+        stalling.communicate()
+    assert waiting.returncode == 69, (waiting.returncode, err[-3000:])
+    assert err.count("distributed timeout: rank 0 waited more than dist_timeout=5 s") == 1
+    assert elapsed < 2 * STALL["dist_timeout"], elapsed

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from gatle_ignite.trainer.preemption import EXIT_PREEMPTED
-from tests.conftest import ROOT
+from tests.conftest import ROOT, no_process_left
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
@@ -50,9 +50,19 @@ def _env():
     return env
 
 
-def _train(config, *args):
+GATLE_IGNITE = [sys.executable, "-m", "gatle_ignite"]
+
+
+def _torchrun():
+    """torchrun starting 2 workers of the CLI, on a port of its own."""
+    port = random.randint(20000, 40000)
+    run = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2"]
+    return [*run, f"--master_port={port}", "-m", "gatle_ignite"]
+
+
+def _train(config, *args, launcher=GATLE_IGNITE):
     done = subprocess.run(
-        [sys.executable, "-m", "gatle_ignite", "train", f"--config={config}", *args],
+        [*launcher, "train", f"--config={config}", *args],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -63,9 +73,9 @@ def _train(config, *args):
     return done.stdout
 
 
-def _start(config, *args):
+def _start(config, *args, launcher=GATLE_IGNITE):
     return subprocess.Popen(
-        [sys.executable, "-m", "gatle_ignite", "train", f"--config={config}", *args],
+        [*launcher, "train", f"--config={config}", *args],
         cwd=ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -75,15 +85,20 @@ def _start(config, *args):
     )
 
 
-def _after_progress_lines(process, count):
-    """Read the child's output until it has printed ``count`` TRAIN progress lines."""
+def _after_lines(process, text, count=1):
+    """Read the child's output until it has printed ``count`` lines holding ``text``."""
     seen, lines = 0, []
     for line in process.stdout:
         lines.append(line)
-        seen += " TRAIN epoch " in line
+        seen += text in line
         if seen >= count:
             return lines
     raise AssertionError("the run ended first:\n" + "".join(lines[-30:]))
+
+
+def _after_progress_lines(process, count):
+    """Read the child's output until it has printed ``count`` TRAIN progress lines."""
+    return _after_lines(process, " TRAIN epoch ", count)
 
 
 def _kill_group(process, signum):
@@ -182,3 +197,47 @@ def test_two_ranks_killed_then_resumed_are_bit_identical(tmp_path, reference):
     process.wait(timeout=TIMEOUT)
     _train(config, "--override=resume=True", *args)
     _assert_identical(reference["two"], _weights(tmp_path / "run"))
+
+
+def test_a_second_sigterm_kills_a_stalled_rank_and_says_so(tmp_path):
+    # No dist_timeout: rank 0 waits for the stalled rank 1 for torch's default 30 minutes.
+    config = _config(
+        tmp_path,
+        "run",
+        fault_stall_rank=1,
+        fault_stall_at=3,
+        train_ds_params={**FIELDS["train_ds_params"], "num_workers": 0},
+    )
+    process = _start(config, "--override=nproc_per_node=2", *GLOO)
+    _after_lines(process, "injected stall on rank 1 at iteration 3")
+    process.send_signal(signal.SIGTERM)
+    time.sleep(3)
+    assert process.poll() is None, "the first signal cannot stop a stalled rank"
+    process.send_signal(signal.SIGTERM)
+    signalled = time.monotonic()
+    rest = process.communicate(timeout=TIMEOUT)[0]
+    assert process.returncode == 1, rest
+    assert "stopped by a second SIGTERM: the ranks had not stopped after the first" in rest
+    assert time.monotonic() - signalled < 10
+    assert no_process_left(process.pid)
+
+
+def test_sigterm_to_torchrun_lets_the_workers_save_and_a_torchrun_resume_finishes(tmp_path):
+    config = _config(
+        tmp_path,
+        "run",
+        max_epochs=1,
+        save_every_iters=1000,
+        iter_sleep_s=0.05,
+        train_ds_params={**FIELDS["train_ds_params"], "n": 2048, "num_workers": 0},
+    )
+    process = _start(config, *GLOO, launcher=_torchrun())
+    _after_progress_lines(process, 2)
+    process.send_signal(signal.SIGTERM)  # to torchrun only: its agent passes it to the workers
+    rest = process.communicate(timeout=TIMEOUT)[0]
+    # torchrun reports a signal to itself as its own failure: exit 1, never 75.
+    assert process.returncode == 1, rest
+    assert "PREEMPTED by SIGTERM after iteration" in rest
+    assert list((tmp_path / "run").glob("latest_iter_checkpoint_*.pt"))
+    resumed = _train(config, "--override=resume=True", *GLOO, launcher=_torchrun())
+    assert "TRAINING COMPLETE after 1 epochs" in resumed

@@ -1,5 +1,6 @@
 """The launcher (CONTRACT 2.6): topology, rendezvous, spawning, and parallel configs."""
 
+import datetime
 import os
 import re
 import subprocess
@@ -88,6 +89,43 @@ def test_run_task_evaluates_whenever_run_is_present(run):
 def test_run_task_names_the_main_runner_field():
     with pytest.raises(ConfigError, match="config field 'main_runner'"):
         launch.run_task(0, _cfg(main_runner="cli_fixtures.components"))
+
+
+GLOO_TIMEOUT = "[gloo/transport/tcp/unbound_buffer.cc:78] Timed out waiting 5000ms for recv"
+
+
+@pytest.fixture
+def exits(monkeypatch):
+    """Stand in for os._exit: record the code, and leave the block as SystemExit would."""
+    codes = []
+
+    def record(code):
+        codes.append(code)
+        raise SystemExit(code)
+
+    monkeypatch.setattr(launch.os, "_exit", record)
+    return codes
+
+
+def test_a_collective_timeout_is_one_message_on_stderr_and_exit_69(capsys, exits):
+    with pytest.raises(SystemExit), launch._peer_timeout_reported(_cfg(dist_timeout=5)):
+        raise RuntimeError(GLOO_TIMEOUT)
+    assert exits == [launch.EXIT_PEER_TIMEOUT] == [69]
+    err = capsys.readouterr().err
+    assert err.count("\n") == 2 and err.startswith("distributed timeout: rank 0 waited more ")
+    assert "than dist_timeout=5 s for its peers" in err and "Raise dist_timeout if" in err
+
+
+def test_without_dist_timeout_the_message_names_torchs_default(capsys, exits):
+    with pytest.raises(SystemExit), launch._peer_timeout_reported(_cfg()):
+        raise RuntimeError(GLOO_TIMEOUT)
+    assert "more than torch's default (dist_timeout unset)" in capsys.readouterr().err
+
+
+def test_other_errors_pass_through_the_timeout_report(capsys, exits):
+    with pytest.raises(RuntimeError, match="DataLoader"), launch._peer_timeout_reported(_cfg()):
+        raise RuntimeError("DataLoader timed out after 5 seconds")
+    assert capsys.readouterr().err == "" and exits == []
 
 
 # ----------------------------------------------------------------------------- topology
@@ -231,6 +269,15 @@ def test_single_node_multi_process_launch(monkeypatch, parallel):
     }
     assert int(os.environ["MASTER_PORT"]) in PORTS
     assert os.environ["MASTER_ADDR"] == "127.0.0.1"
+    assert instance.runs == [(launch.run_task, (cfg,))]
+
+
+def test_dist_timeout_reaches_every_spawned_rank(monkeypatch, parallel):
+    _gpus(monkeypatch, 0)
+    cfg = _cfg(nproc_per_node=2, dist_timeout=5)
+    launch.launch(cfg)
+    [instance] = parallel
+    assert instance.kwargs["timeout"] == datetime.timedelta(seconds=5)
     assert instance.runs == [(launch.run_task, (cfg,))]
 
 
@@ -399,3 +446,23 @@ def test_a_torchrun_rank_joins_its_world_and_keeps_its_rendezvous(monkeypatch, p
     assert os.environ["MASTER_PORT"] == "29555"
     # Hidden while ignite builds the world, so it does not take its SLURM path; then restored.
     assert seen["slurm_job_id"] is None and os.environ["SLURM_JOB_ID"] == "7"
+
+
+def test_a_joined_world_gets_the_dist_timeout_once_made(monkeypatch, parallel):
+    for key, value in {"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0"}.items():
+        monkeypatch.setenv(key, value)
+    events = []
+
+    class Recording(FakeParallel):
+        def __enter__(self):
+            events.append("group made")
+            return self
+
+    monkeypatch.setattr(launch.idist, "Parallel", Recording)
+    c10d = launch.torch.distributed.distributed_c10d
+    monkeypatch.setattr(c10d, "_set_pg_timeout", lambda timeout: events.append(timeout))
+    launch.launch(_cfg(dist_timeout=7))
+    (instance,) = parallel
+    # ignite's Parallel takes no timeout for a world it only joins.
+    assert instance.kwargs == {"backend": "gloo"}
+    assert events == ["group made", datetime.timedelta(seconds=7)]

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from ignite.engine import Events
 
-from gatle_ignite.trainer.preemption import EXIT_PREEMPTED, Preempted
+from gatle_ignite.trainer.preemption import EXIT_PREEMPTED, Preempted, preemption_signals
 from tests.toy.trainer import Trainer
 
 
@@ -67,3 +67,21 @@ def test_the_signal_handler_is_restored_after_the_run(make_cfg):
     # The next run in this process is not preempted by the last one's request.
     task = Trainer(0, make_cfg(max_epochs=1, save_dir=make_cfg().save_dir + "_next")).fit()
     assert task.engines["trainer"].state.epoch == 1
+
+
+def test_a_repeated_signal_goes_to_on_repeat_and_the_first_stays_the_request():
+    forwarded, repeats = [], []
+
+    def forward_to():
+        forwarded.append(True)
+        return []
+
+    with preemption_signals(forward_to=forward_to, on_repeat=repeats.append) as request:
+        os.kill(os.getpid(), signal.SIGUSR1)
+        os.kill(os.getpid(), signal.SIGTERM)
+        os.kill(os.getpid(), signal.SIGUSR1)
+        seen = request.signal
+    assert seen == signal.SIGUSR1
+    assert repeats == [signal.SIGTERM, signal.SIGUSR1]
+    # Only the first is passed on: the repeats are on_repeat's to act on.
+    assert forwarded == [True]

@@ -5,14 +5,18 @@ inject faults chosen by project fields of the config: ``fault_nan_rank`` / ``fau
 (a NaN loss on one rank from that iteration on), ``fault_crash_rank`` / ``fault_crash_at``
 (an exception on one rank at that iteration), ``fault_sigterm_rank`` / ``fault_sigterm_at`` (that
 rank signals itself SIGTERM at that iteration), ``fault_abort_at_exit_rank`` (that rank aborts
-at interpreter exit, after its run is done, as gloo sometimes does); ``ballast_mb`` adds that
-much extra state to every checkpoint, so that writing one takes long enough to be interrupted.
+at interpreter exit, after its run is done, as gloo sometimes does), ``fault_stall_rank`` /
+``fault_stall_at`` (one rank sleeps for good in that iteration, its peers waiting in the
+gradient all-reduce); ``ballast_mb`` adds that much extra state to every checkpoint, so that
+writing one takes long enough to be interrupted, and ``iter_sleep_s`` slows every iteration
+down, so that a signal sent after a few progress lines lands mid-run.
 """
 
 import atexit
 import json
 import os
 import signal
+import time
 from pathlib import Path
 
 import ignite.distributed as idist
@@ -83,6 +87,11 @@ class Trainer(ToyTrainer):
             loss = loss * float("nan")
         if rank == cfg.get("fault_sigterm_rank", -1) and iteration == cfg.get("fault_sigterm_at"):
             os.kill(os.getpid(), signal.SIGTERM)
+        if rank == cfg.get("fault_stall_rank", -1) and iteration == cfg.get("fault_stall_at"):
+            print(f"injected stall on rank {rank} at iteration {iteration}", flush=True)
+            while True:
+                time.sleep(60)
+        time.sleep(cfg.get("iter_sleep_s", 0))
         return loss, parts
 
     def _write_probe(self, engine):

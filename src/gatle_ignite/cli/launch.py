@@ -5,10 +5,13 @@ through this module's attributes at call time, so users and tests can patch them
 """
 
 import contextlib
+import datetime
 import gc
 import multiprocessing
 import os
 import random
+import re
+import signal
 import subprocess
 import sys
 import tempfile
@@ -23,9 +26,15 @@ import torch
 from ml_collections import config_dict
 
 from gatle_ignite.dispatch import ConfigError, import_entrypoint
-from gatle_ignite.trainer.preemption import EXIT_PREEMPTED, Preempted, preemption_signals
+from gatle_ignite.trainer.preemption import (
+    EXIT_PREEMPTED,
+    Preempted,
+    preemption_signals,
+    signal_name,
+)
 
 __all__ = [
+    "EXIT_PEER_TIMEOUT",
     "launch",
     "launch_many",
     "resolve_rendezvous",
@@ -45,36 +54,129 @@ _INHERITED_WORLD_VARS = (
     "GROUP_RANK",
     "ROLE_RANK",
 )
-# Where each spawned rank leaves a mark once its run is done; see _teardown_crash_tolerated.
-_FINISHED_DIR_VAR = "GATLE_IGNITE_FINISHED_DIR"
+# Where each spawned rank leaves a mark of how its run ended; see _RankMarks.
+_MARKS_DIR_VAR = "GATLE_IGNITE_RANK_MARKS_DIR"
+# sysexits' EX_UNAVAILABLE: a rank's peers stopped answering; the rank that waited says so.
+EXIT_PEER_TIMEOUT = 69
+# What gloo and NCCL say when a collective outlives the process group's timeout.
+_COLLECTIVE_TIMEOUT = re.compile(r"Timed out waiting|collective operation timeout")
+# After a rank fails, the time torch's join gets to name that rank as the one to report, before
+# the launcher kills the rest; a rank killed first could be reported instead.
+_REPORT_GRACE_S = 1.0
 
 
 def run_task(local_rank: int, cfg: config_dict.ConfigDict):
-    """Build the config's ``Trainer`` and train it, or only evaluate it in inference mode."""
+    """Build the config's ``Trainer`` and train it, or only evaluate it in inference mode.
+
+    Returns the task (what ``fit()`` returns) on every rank; under DDP its ``model`` is then the
+    unwrapped module.
+    """
     Trainer = import_entrypoint(cfg.main_runner, "Trainer", field="main_runner")
     task = Trainer(local_rank, cfg)
-    if "run" in cfg:
-        task.evaluate()
-        result = task
-    else:
-        result = task.fit()
-    if idist.get_world_size() == 1:
-        return result
-    _mark_finished(local_rank)
-    # The trainer's DDP wrapper holds the process group: free it now, while every peer is
-    # connected, not in a garbage collection after ignite destroyed the group.
-    del task, result
+    with _peer_timeout_reported(cfg):
+        result = _run_and_mark(task, cfg, local_rank)
+        if idist.get_world_size() > 1:
+            _release_process_group(task)
+            # ignite destroys each rank's process group as soon as it returns; a rank that gets
+            # there first tears down connections a peer is still using, and gloo aborts it.
+            idist.barrier()
+    return result
+
+
+def _run_and_mark(task, cfg: config_dict.ConfigDict, local_rank: int):
+    try:
+        if "run" in cfg:
+            task.evaluate()
+            result = task
+        else:
+            result = task.fit()
+    except Preempted:
+        _RankMarks.leave("preempted", local_rank)
+        raise
+    _RankMarks.leave("finished", local_rank)
+    return result
+
+
+def _release_process_group(task) -> None:
+    """Unwrap the task's DDP model and strip the wrapper of what holds the process group.
+
+    Freed only in a garbage collection after ignite destroyed the group, the wrapper's hold
+    made gloo abort the rank. Checkpoint handlers keep the wrapper itself, so unwrapping alone
+    would not free it.
+    """
+    model = getattr(task, "model", None)
+    if isinstance(model, torch.nn.parallel.DistributedDataParallel):
+        task.model = model.module
+        for name in ("reducer", "logger", "process_group"):
+            model.__dict__.pop(name, None)
+    # Garbage that still holds the group (a wrapper in a reference cycle) goes now, while every
+    # peer is connected.
     gc.collect()
-    # ignite destroys each rank's process group as soon as it returns; a rank that gets there
-    # first tears down connections a peer is still using, and gloo aborts it.
-    idist.barrier()
-    return None
 
 
-def _mark_finished(local_rank: int) -> None:
-    folder = os.environ.get(_FINISHED_DIR_VAR)
-    if folder:
-        Path(folder, f"local_rank{local_rank}").touch()
+@contextlib.contextmanager
+def _peer_timeout_reported(cfg: config_dict.ConfigDict):
+    """End the process with one message on stderr and ``EXIT_PEER_TIMEOUT`` when a collective
+    timed out."""
+    try:
+        yield
+    except RuntimeError as error:
+        if not _COLLECTIVE_TIMEOUT.search(str(error)):
+            raise
+        print(_peer_timeout_message(cfg), file=sys.stderr, flush=True)
+        sys.stdout.flush()
+        # A group whose collective timed out cannot be torn down: gloo aborts the process in
+        # its destructors. The trainer closed its backends when the error left fit().
+        os._exit(EXIT_PEER_TIMEOUT)
+
+
+def _peer_timeout_message(cfg: config_dict.ConfigDict) -> str:
+    seconds = cfg.get("dist_timeout", None)
+    limit = f"dist_timeout={seconds} s" if seconds else "torch's default (dist_timeout unset)"
+    return (
+        f"distributed timeout: rank {idist.get_rank()} waited more than {limit} for its peers "
+        f"in a collective: a peer is stalled or dead, so the run stops "
+        f"(exit code {EXIT_PEER_TIMEOUT}).\n"
+        f"  Raise dist_timeout if a rank can legitimately work alone that long (a long "
+        f"evaluation or checkpoint write on one rank); --override resume=True continues from "
+        f"the last checkpoint."
+    )
+
+
+def _dist_timeout(cfg: config_dict.ConfigDict) -> Optional[datetime.timedelta]:
+    seconds = cfg.get("dist_timeout", None)
+    return datetime.timedelta(seconds=seconds) if seconds else None
+
+
+class _RankMarks:
+    """A folder where each rank this launcher spawned marks how its run ended.
+
+    ``finished-<local rank>`` once its run is done, ``preempted-<local rank>`` once it saved
+    its preemption checkpoint; a rank that ends with neither failed.
+    """
+
+    def __init__(self, folder: str):
+        self.folder = folder
+
+    @staticmethod
+    def leave(outcome: str, local_rank: int) -> None:
+        folder = os.environ.get(_MARKS_DIR_VAR)
+        if folder:
+            Path(folder, f"{outcome}-{local_rank}").touch()
+
+    def count(self, *outcomes: str) -> int:
+        return sum(name.split("-")[0] in outcomes for name in os.listdir(self.folder))
+
+    @classmethod
+    @contextlib.contextmanager
+    def exported(cls):
+        """A fresh folder, named to the ranks through the environment they inherit."""
+        with tempfile.TemporaryDirectory(prefix="gatle-ignite-ranks-") as folder:
+            os.environ[_MARKS_DIR_VAR] = folder
+            try:
+                yield cls(folder)
+            finally:
+                os.environ.pop(_MARKS_DIR_VAR, None)
 
 
 def _int_field(cfg, field: str, default: Optional[int]) -> Optional[int]:
@@ -189,7 +291,19 @@ def _join(cfg: config_dict.ConfigDict, world: str) -> None:
     _warn_if_topology_ignored(cfg, world)
     hidden = () if world == "slurm" else ("SLURM_JOB_ID",)
     with _hidden_from_ignite(*hidden), idist.Parallel(backend=_resolve_backend(cfg)) as parallel:
+        _apply_dist_timeout(cfg)
         parallel.run(run_task, cfg)
+
+
+def _apply_dist_timeout(cfg: config_dict.ConfigDict) -> None:
+    """Give a joined world's process group the config's timeout.
+
+    ignite's Parallel passes a timeout to the ranks it spawns, but none to a group it only
+    joins, so the group gets it once made.
+    """
+    timeout = _dist_timeout(cfg)
+    if timeout is not None:
+        torch.distributed.distributed_c10d._set_pg_timeout(timeout)
 
 
 def launch(cfg: config_dict.ConfigDict):
@@ -205,10 +319,15 @@ def launch(cfg: config_dict.ConfigDict):
     if nproc * nnodes <= 1:
         return run_task(0, cfg)
     parallel_kwargs = _parallel_kwargs(nnodes, node_rank, addr, port)
+    timeout = _dist_timeout(cfg)
+    if timeout is not None:
+        # ignite hands it on to every spawned rank's init_process_group.
+        parallel_kwargs["timeout"] = timeout
     with (
         _hidden_from_ignite("SLURM_JOB_ID"),
-        _ranks_preemptible(),
-        _teardown_crash_tolerated(nproc),
+        _RankMarks.exported() as marks,
+        _ranks_supervised(nproc, marks),
+        _teardown_crash_tolerated(nproc, marks),
     ):
         with idist.Parallel(
             backend=_resolve_backend(cfg), nproc_per_node=nproc, **parallel_kwargs
@@ -218,42 +337,113 @@ def launch(cfg: config_dict.ConfigDict):
 
 
 @contextlib.contextmanager
-def _ranks_preemptible():
-    """Pass preemption signals on to the spawned ranks, and report their agreed exit."""
-    with preemption_signals(forward_to=multiprocessing.active_children):
+def _ranks_supervised(nproc: int, marks: _RankMarks):
+    """Pass preemption signals on to the spawned ranks, and report how the ranks ended.
+
+    A second signal kills the ranks: the first only asks them to stop at the end of an
+    iteration, which a stalled rank never reaches.
+    """
+    killed_by = []
+
+    def kill_ranks(signum) -> None:
+        killed_by.append(signum)
+        _kill(multiprocessing.active_children())
+
+    with (
+        preemption_signals(forward_to=multiprocessing.active_children, on_repeat=kill_ranks),
+        _failed_rank_ends_the_node(nproc, marks),
+    ):
         try:
             yield
         except torch.multiprocessing.ProcessExitedException as error:
-            if error.exit_code != EXIT_PREEMPTED:
-                raise
-            raise Preempted(
-                "the ranks were preempted and wrote a resumable checkpoint.\n"
-                "  Run the same command with --override resume=True to continue."
-            ) from None
+            if killed_by:
+                raise SystemExit(_killed_message(killed_by[0])) from None
+            if error.exit_code == EXIT_PREEMPTED:
+                raise Preempted(
+                    "the ranks were preempted and wrote a resumable checkpoint.\n"
+                    "  Run the same command with --override resume=True to continue."
+                ) from None
+            if error.exit_code == EXIT_PEER_TIMEOUT:
+                # The rank that timed out has said so; a traceback here would only repeat it.
+                raise SystemExit(EXIT_PEER_TIMEOUT) from None
+            raise
+
+
+def _killed_message(signum) -> str:
+    return (
+        f"stopped by a second {signal_name(signum)}: the ranks had not stopped after the "
+        f"first, so they were killed, without a preemption checkpoint.\n"
+        f"  --override resume=True continues from the last checkpoint written before."
+    )
 
 
 @contextlib.contextmanager
-def _teardown_crash_tolerated(nproc: int):
+def _failed_rank_ends_the_node(nproc: int, marks: _RankMarks):
+    """Kill this node's ranks soon after one of them ends without finishing or a preemption.
+
+    Its peers can only wait for it in their next collective, or, stalled, never get there;
+    torch's join would send them SIGTERM, which a rank takes as a preemption request, and
+    kill them 30 s later.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    timers = []
+
+    def on_child_exit(_signum, _frame) -> None:
+        running = [p for p in multiprocessing.active_children() if _still_running(p.pid)]
+        if timers or nproc - len(running) <= marks.count("finished", "preempted"):
+            return
+        timer = threading.Timer(_REPORT_GRACE_S, _kill, args=(running,))
+        timer.daemon = True
+        timer.start()
+        timers.append(timer)
+
+    previous = signal.signal(signal.SIGCHLD, on_child_exit)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGCHLD, previous)
+        for timer in timers:
+            timer.cancel()
+
+
+def _still_running(pid: int) -> bool:
+    """Whether a child still exists, asked of the system.
+
+    The handler can run while torch's join is reaping that child, before multiprocessing has
+    recorded its end, so multiprocessing would still count it as running.
+    """
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def _kill(processes) -> None:
+    for process in processes:
+        process.kill()
+
+
+@contextlib.contextmanager
+def _teardown_crash_tolerated(nproc: int, marks: _RankMarks):
     """Report success when a rank dies only after every rank of this node finished the run.
 
     gloo can abort a process while torch tears its process group down at exit; by then every
     checkpoint and log line is written, so the run's outcome is success, not that signal.
     """
-    with tempfile.TemporaryDirectory(prefix="gatle-ignite-ranks-") as folder:
-        os.environ[_FINISHED_DIR_VAR] = folder
-        try:
-            yield
-        except torch.multiprocessing.ProcessExitedException as error:
-            if len(os.listdir(folder)) < nproc:
-                raise
-            how = error.signal_name or f"exit code {error.exit_code}"
-            warnings.warn(
-                f"rank {error.error_index} ended with {how} in torch's process-group teardown, "
-                f"after every rank had finished the run: its checkpoints and logs are complete.",
-                stacklevel=3,
-            )
-        finally:
-            os.environ.pop(_FINISHED_DIR_VAR, None)
+    try:
+        yield
+    except torch.multiprocessing.ProcessExitedException as error:
+        if marks.count("finished") < nproc:
+            raise
+        how = error.signal_name or f"exit code {error.exit_code}"
+        warnings.warn(
+            f"rank {error.error_index} ended with {how} in torch's process-group teardown, "
+            f"after every rank had finished the run: its checkpoints and logs are complete.",
+            stacklevel=3,
+        )
 
 
 def _child_env(port: int) -> dict[str, str]:

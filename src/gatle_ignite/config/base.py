@@ -108,7 +108,7 @@ def base_config() -> config_dict.ConfigDict:
     cfg.nproc_per_node = placeholder(int)
     cfg.master_addr = placeholder(str)
     cfg.master_port = placeholder(int)
-    # Seconds a collective may wait for a peer; unset = torch's default (30 minutes).
+    # Seconds a collective may wait for a peer; unset = torch's default (30 min, 10 with NCCL).
     cfg.dist_timeout = placeholder(int)
     return cfg
 

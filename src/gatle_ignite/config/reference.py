@@ -262,7 +262,8 @@ FIELD_DOCS: dict[str, str] = {
     ),
     "dist_timeout": (
         "Seconds a collective waits for a stalled or dead peer before the whole run fails with "
-        "a message naming this timeout; unset = torch's default (30 minutes)."
+        "a message naming this timeout (exit code 69); unset = torch's default (30 minutes, "
+        "10 with NCCL)."
     ),
 }
 

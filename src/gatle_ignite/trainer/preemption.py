@@ -61,11 +61,13 @@ REQUEST = _Request()
 
 
 @contextlib.contextmanager
-def preemption_signals(forward_to=None, on_request=None):
+def preemption_signals(forward_to=None, on_request=None, on_repeat=None):
     """Turn the preemption signals into a request, while the block runs.
 
     ``forward_to`` returns processes to pass the signal on to (a launcher's spawned ranks).
     ``on_request`` is called (in the signal handler, once) when the first signal arrives.
+    ``on_repeat``, when given, is called with the signal number on every later signal instead
+    of forwarding it: the request already stands, so a repeat asks for something stronger.
     Outside the main thread, where Python cannot install handlers, it does nothing.
     """
     if threading.current_thread() is not threading.main_thread():
@@ -73,6 +75,9 @@ def preemption_signals(forward_to=None, on_request=None):
         return
 
     def record(signum, _frame):
+        if REQUEST.received and on_repeat is not None:
+            on_repeat(signum)
+            return
         first = not REQUEST.received
         REQUEST.signal = signum
         if first and on_request is not None:
