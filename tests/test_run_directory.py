@@ -522,3 +522,40 @@ def test_status_exits_75_for_a_preempted_or_killed_run_and_1_for_a_failed_one(
 def test_status_of_a_directory_without_a_run_is_a_config_error(tmp_path, capsys):
     assert main(["status", str(tmp_path)]) == 2
     assert "holds no gatle-ignite run" in capsys.readouterr().err
+
+
+# ---- under two ranks ----
+
+GLOO = ["dist_backend='gloo'", "auto_model_params.sync_bn=False", "nproc_per_node=2"]
+
+
+def _cli_process(config, *overrides):
+    return subprocess.run(
+        [sys.executable, "-m", "gatle_ignite", "train", f"--config={config}"]
+        + [f"--override={o}" for o in (*GLOO, *overrides)],
+        cwd=ROOT,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(400)
+def test_two_ranks_keep_one_manifest_refuse_together_and_resume(tmp_path):
+    config = _config(tmp_path, max_epochs=1, main_runner="tests.toy.dist_trainer")
+    assert _cli_process(config).returncode == 0
+    assert _manifest(tmp_path / "toy")["state"] == "completed"
+    assert _indexed(tmp_path / "toy") == _on_disk(tmp_path / "toy")
+    before = _snapshot(tmp_path / "toy")
+    refused = _cli_process(config)
+    # Rank 0 decided, every rank learned it: one config error, no traceback, nothing touched.
+    assert refused.returncode == 2
+    assert refused.stderr.count("config error: save_dir") == 1
+    assert "Traceback" not in refused.stderr
+    assert _snapshot(tmp_path / "toy") == before
+    resumed = _cli_process(config, "resume=True", "max_epochs=2")
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert "RESUMING FROM" in resumed.stdout and "TRAIN epoch 2" in resumed.stdout
+    assert _manifest(tmp_path / "toy")["trained_epoch"] == 2

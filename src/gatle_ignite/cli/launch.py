@@ -32,6 +32,7 @@ from gatle_ignite.trainer.preemption import (
     preemption_signals,
     signal_name,
 )
+from gatle_ignite.utils.dist import quiet_ignite_loggers
 
 __all__ = [
     "EXIT_PEER_TIMEOUT",
@@ -58,6 +59,8 @@ _INHERITED_WORLD_VARS = (
 _MARKS_DIR_VAR = "GATLE_IGNITE_RANK_MARKS_DIR"
 # sysexits' EX_UNAVAILABLE: a rank's peers stopped answering; the rank that waited says so.
 EXIT_PEER_TIMEOUT = 69
+# The CLI's code for a config error, which a spawned rank reports itself, without a traceback.
+EXIT_CONFIG_ERROR = 2
 # What gloo and NCCL say when a collective outlives the process group's timeout.
 _COLLECTIVE_TIMEOUT = re.compile(r"Timed out waiting|collective operation timeout")
 # After a rank fails, the time torch's join gets to name that rank as the one to report, before
@@ -93,6 +96,15 @@ def _run_and_mark(task, cfg: config_dict.ConfigDict, local_rank: int):
     except Preempted:
         _RankMarks.leave("preempted", local_rank)
         raise
+    except ConfigError as error:
+        if os.environ.get(_MARKS_DIR_VAR) is None:
+            raise  # this process is the CLI's: it reports the error
+        # A spawned rank: torch would print its traceback; the fix is what the user needs.
+        if idist.get_rank() == 0:
+            from gatle_ignite.cli.main import report_config_error
+
+            report_config_error(error)
+        raise SystemExit(EXIT_CONFIG_ERROR) from None
     _RankMarks.leave("finished", local_rank)
     return result
 
@@ -309,6 +321,7 @@ def _apply_dist_timeout(cfg: config_dict.ConfigDict) -> None:
 def launch(cfg: config_dict.ConfigDict):
     """Run the config here: join a world torchrun or srun started, run directly for one
     process, or spawn this node's workers through ``idist.Parallel``."""
+    quiet_ignite_loggers(cfg.get("verbosity", 1))
     world = _existing_world()
     if world is not None:
         return _join(cfg, world)
@@ -363,9 +376,9 @@ def _ranks_supervised(nproc: int, marks: _RankMarks):
                     "the ranks were preempted and wrote a resumable checkpoint.\n"
                     "  Run the same command with --override resume=True to continue."
                 ) from None
-            if error.exit_code == EXIT_PEER_TIMEOUT:
-                # The rank that timed out has said so; a traceback here would only repeat it.
-                raise SystemExit(EXIT_PEER_TIMEOUT) from None
+            if error.exit_code in (EXIT_PEER_TIMEOUT, EXIT_CONFIG_ERROR):
+                # The rank has said why; a traceback here would only repeat it.
+                raise SystemExit(error.exit_code) from None
             raise
 
 

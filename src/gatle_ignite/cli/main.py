@@ -10,7 +10,7 @@ from typing import Optional
 from gatle_ignite import __version__
 from gatle_ignite.dispatch import ConfigError
 
-__all__ = ["build_parser", "main"]
+__all__ = ["build_parser", "main", "report_config_error"]
 
 # Heavy modules (torch, ignite, the config checks) are imported inside the commands, so
 # `--version`, `--help` and argument errors answer at once.
@@ -173,6 +173,15 @@ def _run_command(args: argparse.Namespace) -> int:
     return _CONFIG_COMMANDS[args.command](args, _split_paths(args.config))
 
 
+def report_config_error(error: ConfigError) -> None:
+    """Print ``config error: ...`` on stderr: the message and its fix, no traceback."""
+    from gatle_ignite.callbacks.run_record import redact_text
+
+    # The last line of defence: a message built anywhere may quote a URL with credentials.
+    print(file=sys.stderr)
+    print(f"config error: {redact_text(str(error))}", file=sys.stderr, flush=True)
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Run the CLI on ``argv`` (default ``sys.argv[1:]``) and return the exit code."""
     from gatle_ignite.trainer.preemption import Preempted
@@ -181,11 +190,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         return _run_command(args)
     except ConfigError as error:
-        from gatle_ignite.callbacks.run_record import redact_text
-
-        # The last line of defence: a message built anywhere may quote a URL with credentials.
-        print(file=sys.stderr)
-        print(f"config error: {redact_text(str(error))}", file=sys.stderr)
+        report_config_error(error)
         return 2
     except Preempted as preempted:
         # The checkpoint is written; the exit code tells a scheduler to run it again.
