@@ -41,6 +41,11 @@ def base_config() -> config_dict.ConfigDict:
     cfg.model_name = placeholder(str)
     cfg.model_params = {}
     cfg.auto_model_params = {"find_unused_parameters": False, "sync_bn": True}
+    # "ddp": a whole model per rank; "fsdp": each rank holds a shard (FSDP2).
+    cfg.strategy = "ddp"
+    cfg.fsdp_params = {}
+    # Submodule classes whose activations are recomputed in backward instead of kept.
+    cfg.activation_checkpointing = []
 
     cfg.train_ds_name = placeholder(str)
     cfg.train_ds_params = {}
@@ -92,6 +97,8 @@ def base_config() -> config_dict.ConfigDict:
     cfg.accept_changes = []
     # A resumable latest_iter checkpoint every N trainer iterations; 0 = only at epoch ends.
     cfg.save_every_iters = 0
+    # Write checkpoints in the background: the loop waits only for the copy to host memory.
+    cfg.async_save = False
     cfg.model_checkpoint_dir = ""
     cfg.strict = True
 

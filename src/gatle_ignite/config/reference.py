@@ -44,6 +44,23 @@ FIELD_DOCS: dict[str, str] = {
         "process runs. `sync_bn=True` converts BatchNorm to SyncBatchNorm, which needs a GPU "
         "backend: set it False for CPU (gloo) runs."
     ),
+    "strategy": (
+        "How the model is spread over the ranks: `ddp` (a whole copy per rank, the default) or "
+        "`fsdp` (FSDP2: each rank holds a shard of the parameters, gradients and optimizer "
+        "state; checkpoints become sharded `.dcp` directories). With one process nothing is "
+        "sharded, but checkpoints keep the `.dcp` format."
+    ),
+    "fsdp_params": (
+        "For `strategy = 'fsdp'`: `wrap` (submodule class names or dotted class paths sharded as "
+        "units, e.g. `['Block']`), `reshard_after_forward` (default True), `param_dtype` / "
+        "`reduce_dtype` (`bf16`, `fp16`, `fp32`; default: the AMP dtype and fp32 when AMP is on) "
+        "and `cpu_offload` (default False)."
+    ),
+    "activation_checkpointing": (
+        "Submodule class names (or dotted class paths) whose activations are recomputed in "
+        "backward instead of kept: less memory, about one more forward of compute. Works with "
+        "either strategy."
+    ),
     # ---- data ----
     "train_ds_name": "Dotted path of the module exposing `get_ds` for the training split.",
     "train_ds_params": (
@@ -196,6 +213,12 @@ FIELD_DOCS: dict[str, str] = {
         "rate goes into the optimizer and the schedule). Any other change to what defines the "
         "run is refused."
     ),
+    "async_save": (
+        "Write checkpoints in the background: the loop waits only for the state's copy to host "
+        "memory (sharded ones through DCP's async save). The next save, a preemption and the "
+        "end of the run wait for a pending write; a crash mid-write leaves the previous "
+        "checkpoint intact."
+    ),
     "save_every_iters": (
         "Also write a resumable `latest_iter_checkpoint_<iteration>.pt` every N trainer "
         "iterations, mid-epoch; 0 = only at epoch ends. Rotated by `n_saved` like the others."
@@ -270,7 +293,17 @@ FIELD_DOCS: dict[str, str] = {
 # Sections of the config reference, in order; together they hold every key of FIELD_DOCS once.
 FIELD_GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("Identity and wiring", ("name", "save_dir", "project_name", "main_runner", "seed")),
-    ("Model", ("model_name", "model_params", "auto_model_params")),
+    (
+        "Model",
+        (
+            "model_name",
+            "model_params",
+            "auto_model_params",
+            "strategy",
+            "fsdp_params",
+            "activation_checkpointing",
+        ),
+    ),
     (
         "Data",
         (
@@ -333,6 +366,7 @@ FIELD_GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "replace_run",
             "accept_changes",
             "save_every_iters",
+            "async_save",
             "model_checkpoint_dir",
             "strict",
             "run",

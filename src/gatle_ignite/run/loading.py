@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Optional
 
 import torch
+from ignite.handlers import Checkpoint
 
 from gatle_ignite.dispatch import ConfigError
 from gatle_ignite.utils.dist import rank_zero_print
@@ -24,6 +25,7 @@ __all__ = [
     "load_weights",
     "read_progress",
     "report_weight_match",
+    "restore",
 ]
 
 # The pickles of torch's pre-1.6 format before its raw tensor bytes: magic number, protocol
@@ -94,8 +96,14 @@ def _refusal(path, error) -> ConfigError:
 
 def load_checkpoint_file(path, map_location="cpu", mmap: bool = False):
     """``torch.load`` with ``weights_only=True``; raises UnreadableCheckpoint for a damaged
-    file and ConfigError for one that holds pickled code."""
+    file and ConfigError for one that holds pickled code.
+
+    A sharded ``.dcp`` directory is checked (its metadata read, its shards present) and
+    returned as a :class:`~gatle_ignite.run.sharded.ShardedCheckpoint`, loaded on ``restore``.
+    """
     path = Path(path)
+    if path.is_dir():
+        return _open_sharded(path)
     try:
         if path.stat().st_size == 0:
             raise UnreadableCheckpoint(path, "the file is empty")
@@ -112,10 +120,36 @@ def load_checkpoint_file(path, map_location="cpu", mmap: bool = False):
         raise UnreadableCheckpoint(path, f"damaged or not a checkpoint ({first[:120]})") from error
 
 
+def _open_sharded(path: Path):
+    from gatle_ignite.run.sharded import ShardedCheckpoint
+
+    try:
+        return ShardedCheckpoint(path)
+    except pickle.UnpicklingError as error:
+        metadata = path / ".metadata"
+        with open(metadata, "rb") as stream:
+            whole = _pickle_parses(stream, 1)
+        if "GLOBAL" in str(error) and whole:
+            raise _refusal(metadata, error) from error
+        raise UnreadableCheckpoint(path, "its metadata is damaged") from error
+    except FileNotFoundError as error:
+        raise UnreadableCheckpoint(path, f"an incomplete sharded checkpoint ({error})") from error
+    except (OSError, EOFError, ValueError, AttributeError, TypeError) as error:
+        raise UnreadableCheckpoint(path, f"damaged ({type(error).__name__}: {error})") from error
+
+
+def restore(objects: dict, state, strict: bool = True) -> None:
+    """Load ``state`` (a checkpoint dict, or a sharded one) into ``objects`` (key -> object)."""
+    if hasattr(state, "restore"):
+        state.restore(objects)
+    else:
+        Checkpoint.load_objects(to_load=objects, checkpoint=state, strict=strict)
+
+
 def read_progress(path) -> tuple:
     """``(epoch, iteration)`` a checkpoint's trainer state records, read without its tensors."""
     state = load_checkpoint_file(path, mmap=True)
-    engine = state.get("trainer", {}) if isinstance(state, dict) else {}
+    engine = state.get("trainer", {}) if hasattr(state, "get") else {}
     iteration = engine.get("iteration")
     length = engine.get("epoch_length")
     if iteration is None or not length:
@@ -165,7 +199,9 @@ def load_weights(source, module, strict=True, map_location="cpu"):
         state = _load_or_explain(source, map_location)
     else:
         state = source
-    if isinstance(state, dict) and "model" in state:
+    if hasattr(state, "restore"):
+        state = state.get("model")
+    elif isinstance(state, dict) and "model" in state:
         state = state["model"]
     wanted = module.state_dict().keys()
     if isinstance(state, dict):

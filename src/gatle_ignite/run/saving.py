@@ -1,14 +1,19 @@
 """Writing checkpoints: complete or absent, indexed in the manifest, rotated without a gap.
 
-Each file is written under a staging name and renamed into place, so no reader ever sees half
-of one. A file rotated out by ``n_saved`` is deleted only after its replacement is on disk and
-in the index, so a process killed in between still leaves a checkpoint of every kind.
+Each file (or sharded directory) is written under a staging name and renamed into place, so no
+reader ever sees half of one. A checkpoint rotated out by ``n_saved`` is deleted only after its
+replacement is on disk and in the index, so a process killed in between still leaves a
+checkpoint of every kind. With ``async_save`` the write runs in a background thread: the loop
+waits only for the state's copy to host memory, and the next save waits for the pending one.
 """
 
 import os
+import shutil
+import threading
 import uuid
 from collections.abc import Callable
 from pathlib import Path
+from typing import Optional
 
 import ignite.distributed as idist
 import torch
@@ -17,7 +22,7 @@ from ignite.handlers import DiskSaver
 from gatle_ignite.run.layout import staging_path
 from gatle_ignite.run.unchanged_state import LastWrite, snapshot
 
-__all__ = ["RunSaver", "save_atomically"]
+__all__ = ["BackgroundWrites", "RunSaver", "host_copy", "save_atomically"]
 
 
 def save_atomically(obj, path: Path) -> None:
@@ -31,33 +36,130 @@ def save_atomically(obj, path: Path) -> None:
     os.replace(staging, path)
 
 
+def host_copy(value):
+    """``value`` with every tensor copied to host memory, so training may change the original."""
+    if isinstance(value, torch.Tensor):
+        return value.detach().to("cpu", copy=True)
+    if isinstance(value, dict):
+        return {key: host_copy(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(host_copy(item) for item in value)
+    return value
+
+
+class BackgroundWrites:
+    """Checkpoint writes run one at a time in a thread; ``wait`` for the pending one.
+
+    An error in a write is raised by the next ``wait``, in the training thread.
+    """
+
+    def __init__(self):
+        self._thread: Optional[threading.Thread] = None
+        self._error: Optional[BaseException] = None
+
+    def submit(self, job: Callable) -> None:
+        self.wait()
+        self._thread = threading.Thread(target=self._run, args=(job,), daemon=True)
+        self._thread.start()
+
+    def _run(self, job: Callable) -> None:
+        try:
+            job()
+        except BaseException as error:
+            self._error = error
+
+    def wait(self) -> None:
+        thread, self._thread = self._thread, None
+        if thread is not None:
+            thread.join()
+        error, self._error = self._error, None
+        if error is not None:
+            raise error
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        path.unlink(missing_ok=True)
+
+
 class RunSaver(DiskSaver):
     """ignite's DiskSaver for a run directory: staged writes, links, the index, late removal.
 
     ``on_saved(filename, metadata, removed)`` records each write in the run's index. A
     checkpoint whose state equals the run's last written file (the best file, a few handlers
-    earlier in the same epoch) becomes a hard link to it instead of a second full write.
+    earlier in the same epoch) becomes a hard link to it instead of a second full write. A
+    ``.dcp`` name is written sharded, by every rank (``process_group`` carries DCP's own
+    collectives for background writes).
     """
 
-    def __init__(self, dirname, last_write: LastWrite, on_saved: Callable):
+    def __init__(
+        self,
+        dirname,
+        last_write: LastWrite,
+        on_saved: Callable,
+        writes: Optional[BackgroundWrites] = None,
+        process_group=None,
+    ):
         super().__init__(dirname=dirname, require_empty=False)
         self._last_write = last_write
         self._on_saved = on_saved
+        self._writes = writes
+        self._process_group = process_group
         self._rotated_out = []
 
     def remove(self, filename: str) -> None:
         self._rotated_out.append(filename)
 
     def __call__(self, checkpoint, filename, metadata=None) -> None:
-        if idist.has_xla_support or idist.get_rank() != self.save_on_rank:
-            super().__call__(checkpoint, filename, metadata)
-            return
+        if self._writes is not None:
+            self._writes.wait()
         path = Path(self.dirname) / filename
-        state = snapshot(checkpoint)
-        if not self._last_write.link_if_same(state, path):
-            save_atomically(checkpoint, path)
-        self._last_write.remember(path, state)
+        if path.suffix == ".dcp":
+            finish = self._save_sharded(checkpoint, path)
+        elif idist.get_rank() == self.save_on_rank:
+            finish = self._save_file(checkpoint, path)
+        else:
+            return
         removed, self._rotated_out = [n for n in self._rotated_out if n != filename], []
-        self._on_saved(filename, metadata or {}, removed)
-        for name in removed:
-            (Path(self.dirname) / name).unlink(missing_ok=True)
+        lead = idist.get_rank() == self.save_on_rank
+
+        def job() -> None:
+            finish()
+            if lead:
+                self._on_saved(filename, metadata or {}, removed)
+                for name in removed:
+                    _remove(Path(self.dirname) / name)
+
+        if self._writes is not None:
+            self._writes.submit(job)
+        else:
+            job()
+
+    def _save_file(self, checkpoint, path: Path) -> Callable:
+        state = snapshot(checkpoint)
+        if self._writes is not None:
+            checkpoint = host_copy(checkpoint)
+
+        def finish() -> None:
+            if not self._last_write.link_if_same(state, path):
+                save_atomically(checkpoint, path)
+            self._last_write.remember(path, state)
+
+        return finish
+
+    def _save_sharded(self, checkpoint, path: Path) -> Callable:
+        from gatle_ignite.run.sharded import finish_sharded, save_sharded
+
+        future = save_sharded(
+            checkpoint, path, self._process_group, asynchronous=self._writes is not None
+        )
+
+        def finish() -> None:
+            if future is not None:
+                future.result()
+            if idist.get_rank() == self.save_on_rank:
+                finish_sharded(path)
+
+        return finish

@@ -42,6 +42,7 @@ from gatle_ignite.trainer.handlers import (
 )
 from gatle_ignite.trainer.preemption import REQUEST as PREEMPTION
 from gatle_ignite.trainer.preemption import Preempted, preemption_signals, shield_workers
+from gatle_ignite.trainer.strategy import distribute, gradient_sync, strategy_of
 from gatle_ignite.utils.amp import autocast_device_type, resolve_amp_dtype
 from gatle_ignite.utils.dist import quiet_ignite_loggers, rank_zero_print
 from gatle_ignite.utils.seed import setup_seed
@@ -105,6 +106,8 @@ class BaseTrainer:
         self.run_dir = None
         self._nan_check = None
         self._preemption = None
+        # The queue of background checkpoint writes (async_save), or None.
+        self._writes = None
         self._built = False
 
     # ---- Hooks: what a task writes ----
@@ -162,8 +165,9 @@ class BaseTrainer:
         model = call_with_params(Model, self.cfg.model_params, "model_params")
         # In place on the unwrapped model, before the DDP wrap below.
         self._compiling = compile_built_model(model, self.cfg)
-        if idist.get_world_size() == 1:
-            # Not auto_model: with several GPUs visible it would wrap in DataParallel.
+        if idist.get_world_size() == 1 or strategy_of(self.cfg) == "fsdp":
+            # Not auto_model: with several GPUs visible it would wrap in DataParallel. FSDP
+            # shards the model after build_model returns.
             return model.to(self.device)
         return idist.auto_model(model, **dict(self.cfg.auto_model_params))
 
@@ -265,9 +269,7 @@ class BaseTrainer:
         return torch.autocast(device_type=self.device_type, dtype=self.dtype)
 
     def _maybe_no_sync(self, is_step):
-        if is_step or not hasattr(self.model, "no_sync"):
-            return contextlib.nullcontext()
-        return self.model.no_sync()
+        return gradient_sync(self.model, is_step)
 
     def eval_step(self, engine, batch, split="valid"):
         """One evaluation batch: forward under ``no_grad`` and autocast; no loss."""
@@ -311,6 +313,8 @@ class BaseTrainer:
         self.model = self.build_model()
         # An overridden build_model owns compilation, so check that it did compile.
         check_build_model_override(self.model, getattr(self, "_compiling", None), cfg)
+        # Activation checkpointing and FSDP sharding, before the optimizer sees the parameters.
+        self.model = distribute(self.model, cfg, self.dtype, self.autocast_enabled)
         self.build_criterion()
         self.build_optimizer()
         self.build_engines()
@@ -343,15 +347,28 @@ class BaseTrainer:
             # Mark the run failed (a crash in setup too, once backends exist), or the loggers
             # record it as a clean finish; the run directory records how it ended.
             try:
+                self._settle_writes(quietly=True)
                 self.teardown(failed=True)
             finally:
                 self.run_dir.close(*_interrupted(error), trainer=self.engines.get("trainer"))
             raise
         try:
+            self._settle_writes()
             self.teardown()
         finally:
             self.run_dir.close(*self._how_it_ended(), trainer=self.engines["trainer"])
         return self
+
+    def _settle_writes(self, quietly: bool = False) -> None:
+        """Wait for a checkpoint still being written in the background (``async_save``)."""
+        if self._writes is None:
+            return
+        try:
+            self._writes.wait()
+        except Exception as error:
+            if not quietly:
+                raise
+            warnings.warn(f"the last checkpoint write failed: {error!r}", stacklevel=2)
 
     def _open_run(self):
         """Open the run directory once (lock, checks, resume choice); returns its plan."""
@@ -387,6 +404,7 @@ class BaseTrainer:
             idist.get_world_size(),
             save_iteration=lambda engine: save_iteration_checkpoint(self, engine),
             saved_epoch=lambda: self._latest.last_checkpoint if self._latest else None,
+            settle=self._settle_writes,
         )
         self._preemption.attach(trainer)
         self.attach_progress()

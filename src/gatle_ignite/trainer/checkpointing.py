@@ -9,6 +9,7 @@ import warnings
 from pathlib import Path
 
 import ignite.distributed as idist
+import torch
 from ignite.engine import Events
 from ignite.handlers import Checkpoint, global_step_from_engine
 
@@ -16,11 +17,12 @@ from gatle_ignite.dispatch import ConfigError
 from gatle_ignite.run.directory import eval_checkpoint, latest_checkpoint
 from gatle_ignite.run.exact_resume import ResumableLoader, ResumeState
 from gatle_ignite.run.layout import LATEST_ITER_PREFIX, LATEST_PREFIX, best_prefix_for
-from gatle_ignite.run.loading import RunMeta, load_weights
-from gatle_ignite.run.saving import RunSaver
+from gatle_ignite.run.loading import RunMeta, load_weights, restore
+from gatle_ignite.run.saving import BackgroundWrites, RunSaver
 from gatle_ignite.run.unchanged_state import LastWrite
 from gatle_ignite.trainer.accepted_changes import apply_accepted_changes, fresh_settings
 from gatle_ignite.trainer.handlers import clear_state, ends_epoch
+from gatle_ignite.trainer.strategy import ModelState, OptimizerState, is_sharded, strategy_of
 from gatle_ignite.utils.batch import get_value
 from gatle_ignite.utils.dist import rank_zero_print
 
@@ -50,10 +52,17 @@ def _stateful_schedulers(scheduler) -> list:
 
 
 def _to_save(trainer) -> dict:
-    """Every object a checkpoint holds, in the order the contract fixes."""
+    """Every object a checkpoint holds, in the order the contract fixes.
+
+    Under FSDP the model and optimizer go through torch's state-dict API, keyed by parameter
+    name, so a sharded checkpoint reshards to another world size.
+    """
+    sharded = strategy_of(trainer.cfg) == "fsdp"
     to_save = {
-        "model": trainer.model,
-        "optimizer": trainer.optimizer,
+        "model": ModelState(trainer.model) if sharded else trainer.model,
+        "optimizer": OptimizerState(trainer.model, trainer.optimizer)
+        if sharded
+        else trainer.optimizer,
         "trainer": trainer.engines["trainer"],
         "run_meta": RunMeta(trainer.cfg.max_epochs),
     }
@@ -96,12 +105,23 @@ class _Handlers:
         # Shared by every saver, so a latest file can link to the best file just written.
         self.last_write = LastWrite()
         self.run_dir = getattr(trainer, "run_dir", None)
+        self.sharded = strategy_of(trainer.cfg) == "fsdp"
+        # Background writes: one queue for the run, and for sharded ones a process group of
+        # their own, so DCP's collectives never meet the training's.
+        self.writes = BackgroundWrites() if trainer.cfg.get("async_save", False) else None
+        self.group = None
+        if self.writes is not None and self.sharded and idist.get_world_size() > 1:
+            self.group = torch.distributed.new_group(backend="gloo")
+        trainer._writes = self.writes
 
     def build(self, prefix: str, kind: str, engine: str = "", **options) -> Checkpoint:
-        saver = RunSaver(self.trainer.cfg.save_dir, self.last_write, self._record)
+        cfg = self.trainer.cfg
+        saver = RunSaver(cfg.save_dir, self.last_write, self._record, self.writes, self.group)
         handler = Checkpoint(
-            self.to_save, saver, n_saved=self.trainer.cfg.n_saved, filename_prefix=prefix, **options
+            self.to_save, saver, n_saved=cfg.n_saved, filename_prefix=prefix, **options
         )
+        if self.sharded:
+            handler.ext = "dcp"
         self._continue_rotation(handler, saver, kind, engine)
         return handler
 
@@ -242,7 +262,8 @@ def load_checkpoints(trainer) -> bool:
     cfg = trainer.cfg
     loaded = False
     if cfg.model_checkpoint_dir:
-        if not Path(cfg.model_checkpoint_dir).is_file():
+        source = Path(cfg.model_checkpoint_dir)
+        if not (source.is_file() or (source.suffix == ".dcp" and source.is_dir())):
             raise ConfigError(
                 f"model_checkpoint_dir {cfg.model_checkpoint_dir!r} is not a file.\n"
                 f"  Despite its name it takes a checkpoint FILE, e.g. "
@@ -284,7 +305,7 @@ def _resume_from(trainer, state, accepted=()) -> None:
     for key in fresh["replayed"] if fresh else ():
         present.pop(key)
     try:
-        Checkpoint.load_objects(to_load=present, checkpoint=state)
+        restore(_targets(trainer, present, state), state)
     except (RuntimeError, ValueError, KeyError, TypeError) as error:
         if not accepted:
             raise
@@ -298,6 +319,19 @@ def _resume_from(trainer, state, accepted=()) -> None:
     if fresh is not None:
         apply_accepted_changes(trainer, fresh, accepted)
     _warn_if_schedule_is_stale(trainer, objects["run_meta"].restored_max_epochs, accepted)
+
+
+def _targets(trainer, objects: dict, state, strict: bool = True) -> dict:
+    """``objects`` to load ``state`` into: the model and optimizer through torch's state-dict
+    API when either side is sharded, whatever the run's strategy."""
+    if not (hasattr(state, "restore") or is_sharded(trainer.model)):
+        return objects
+    targets = dict(objects)
+    if "model" in targets and not isinstance(targets["model"], ModelState):
+        targets["model"] = ModelState(trainer.model, strict)
+    if "optimizer" in targets and not isinstance(targets["optimizer"], OptimizerState):
+        targets["optimizer"] = OptimizerState(trainer.model, trainer.optimizer)
+    return targets
 
 
 def _warn_if_schedule_is_stale(trainer, restored, accepted) -> None:
@@ -342,10 +376,10 @@ def load_eval_checkpoint(trainer):
         )
     ckpt, state = chosen
     rank_zero_print(f"LOADING CHECKPOINT: {ckpt}")
-    Checkpoint.load_objects(to_load={"model": trainer.model}, checkpoint=state, strict=cfg.strict)
+    restore(_targets(trainer, {"model": trainer.model}, state, cfg.strict), state, cfg.strict)
     for key, obj in trainer.extra_to_save().items():
         if key in state:
-            Checkpoint.load_objects(to_load={key: obj}, checkpoint={key: state[key]})
+            restore({key: obj}, state)
         else:
             warnings.warn(
                 f"{ckpt} has no '{key}'; evaluating with a freshly built '{key}'. This is "

@@ -315,13 +315,15 @@ class PreemptionStop:
     DDP, agreed at a check point): the checkpoint is written, then Preempted is raised.
 
     ``save_iteration(engine)`` writes the mid-epoch checkpoint and returns its path (or None);
-    ``saved_epoch()`` is the path of the epoch's own checkpoint, for a request at an epoch's end.
+    ``saved_epoch()`` is the path of the epoch's own checkpoint, for a request at an epoch's end;
+    ``settle()`` waits for a checkpoint still being written in the background.
     """
 
-    def __init__(self, world_size: int, save_iteration, saved_epoch):
+    def __init__(self, world_size: int, save_iteration, saved_epoch, settle=None):
         self.world_size = world_size
         self.save_iteration = save_iteration
         self.saved_epoch = saved_epoch
+        self.settle = settle
         self._engine = None
 
     def attach(self, engine) -> None:
@@ -357,6 +359,8 @@ class PreemptionStop:
             self._preempt(engine, self.saved_epoch())
 
     def _preempt(self, engine, saved) -> None:
+        if self.settle is not None:
+            self.settle()
         if self.world_size > 1:
             # Rank 0 may still be writing; no rank leaves before the file is complete.
             idist.barrier()

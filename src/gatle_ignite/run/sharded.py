@@ -1,0 +1,203 @@
+"""Sharded checkpoints: a ``.dcp`` directory written by torch.distributed.checkpoint (DCP).
+
+Every rank writes its own shard into a staging directory; DCP's coordinator writes the
+``.metadata`` file only once every rank's write is done, and rank 0 then renames the directory
+into place, so a reader sees a whole checkpoint or none. Loading goes through DCP too, which
+reshards the tensors to whatever layout the loading side has (another world size, or one plain
+process).
+
+DCP reads its ``.metadata`` with ``pickle`` and its non-tensor values with
+``torch.load(weights_only=False)``; here the first is read by an unpickler that only admits DCP's
+own metadata classes, and the second with ``weights_only=True``, so a ``.dcp`` directory can no
+more run code on load than a ``.pt`` file can.
+"""
+
+import os
+import pickle
+import shutil
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint import FileSystemReader
+from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
+from torch.distributed.checkpoint.metadata import TensorStorageMetadata
+
+from gatle_ignite.run.layout import staging_path
+
+__all__ = ["ShardedCheckpoint", "finish_sharded", "save_sharded", "staging_for"]
+
+# What a DCP .metadata file may name: DCP's own dataclasses and the torch and pathlib types they
+# hold. Anything else in it is refused, as a .pt holding pickled objects is.
+_ALLOWED_MODULES = ("torch.distributed.checkpoint.",)
+_ALLOWED = {
+    ("torch", "Size"),
+    ("torch", "device"),
+    ("torch._utils", "_rebuild_tensor_v2"),
+    ("collections", "OrderedDict"),
+    ("pathlib", "PosixPath"),
+    ("pathlib", "PurePosixPath"),
+    ("pathlib", "WindowsPath"),
+    ("pathlib", "PureWindowsPath"),
+}
+_TORCH_ATTRIBUTES = (torch.dtype, torch.layout, torch.memory_format)
+
+
+class _MetadataUnpickler(pickle.Unpickler):
+    def find_class(self, module, name):
+        allowed = module.startswith(_ALLOWED_MODULES) or (module, name) in _ALLOWED
+        if module == "torch" and isinstance(getattr(torch, name, None), _TORCH_ATTRIBUTES):
+            allowed = True
+        if module == "torch.serialization" and name in ("_get_layout",):
+            allowed = True
+        if not allowed:
+            raise pickle.UnpicklingError(f"Unsupported global: GLOBAL {module}.{name}")
+        return super().find_class(module, name)
+
+
+class _SafeReader(FileSystemReader):
+    def read_metadata(self, *args, **kwargs):
+        path = Path(self.path) / ".metadata"
+        with open(path, "rb") as handle:
+            metadata = _MetadataUnpickler(handle).load()
+        if hasattr(metadata, "storage_meta") and metadata.storage_meta is not None:
+            metadata.storage_meta.load_id = self.load_id
+        return metadata
+
+
+class _SafePlanner(DefaultLoadPlanner):
+    """DCP's planner, reading non-tensor values as ``weights_only`` loads."""
+
+    def load_bytes(self, read_item, value) -> None:
+        loaded = torch.load(value, weights_only=True)
+        fqn = read_item.dest_index.fqn
+        if self.flatten_state_dict:
+            _set_path(self.original_state_dict, self.mappings[fqn], loaded)
+        else:
+            self.state_dict[fqn] = loaded
+
+
+def _set_path(root, path, value) -> None:
+    node = root
+    for key, following in zip(path[:-1], path[1:]):
+        if isinstance(node, list):
+            while len(node) <= key:
+                node.append(None)
+        if node[key] if isinstance(node, list) else key in node:
+            node = node[key]
+            continue
+        node[key] = [] if isinstance(following, int) else {}
+        node = node[key]
+    if isinstance(node, list):
+        while len(node) <= path[-1]:
+            node.append(None)
+    node[path[-1]] = value
+
+
+def _skeleton(metadata) -> dict:
+    """A state dict shaped like the checkpoint: empty full tensors, None for other values."""
+    root = {}
+    for fqn, item in metadata.state_dict_metadata.items():
+        path = metadata.planner_data.get(fqn, (fqn,)) if metadata.planner_data else (fqn,)
+        if isinstance(item, TensorStorageMetadata):
+            value = torch.empty(item.size, dtype=item.properties.dtype)
+        else:
+            value = None
+        _set_path(root, path, value)
+    return root
+
+
+def staging_for(path: Path) -> Path:
+    """The one staging name every rank agrees on for ``path``."""
+    return staging_path(path, "dcp")
+
+
+def save_sharded(state: dict, path: Path, process_group=None, asynchronous: bool = False):
+    """Write ``state`` as the DCP directory ``path``, through its staging directory.
+
+    Every rank calls it. Returns ``None`` once written, or with ``asynchronous`` DCP's future
+    once the state is staged in host memory; call :func:`finish_sharded` after either.
+    """
+    staging = staging_for(path)
+    distributed = dist.is_available() and dist.is_initialized()
+    if not distributed or dist.get_rank() == 0:
+        shutil.rmtree(staging, ignore_errors=True)
+    if distributed:
+        dist.barrier()
+    if asynchronous:
+        return dcp.async_save(state, checkpoint_id=staging, process_group=process_group)
+    dcp.save(state, checkpoint_id=staging, process_group=process_group)
+    return None
+
+
+def finish_sharded(path: Path) -> None:
+    """On rank 0, once DCP wrote the metadata: move the staging directory into place."""
+    staging = staging_for(path)
+    if path.exists():
+        # A name written again (a resumed epoch): the old directory steps aside first.
+        old = staging_path(path, "replaced")
+        shutil.rmtree(old, ignore_errors=True)
+        os.replace(path, old)
+        os.replace(staging, path)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.replace(staging, path)
+
+
+class ShardedCheckpoint:
+    """A ``.dcp`` directory, read lazily: validated now, loaded into objects on ``restore``."""
+
+    def __init__(self, path):
+        self.path = Path(path)
+        self.metadata = _SafeReader(self.path).read_metadata()
+        self._top = {
+            (self.metadata.planner_data or {}).get(fqn, (fqn,))[0]
+            for fqn in self.metadata.state_dict_metadata
+        }
+        missing = self._missing_shards()
+        if missing:
+            raise FileNotFoundError(f"shard file(s) {missing} are missing")
+
+    def _missing_shards(self) -> list:
+        names = {info.relative_path for info in (self.metadata.storage_data or {}).values()}
+        return sorted(name for name in names if not (self.path / name).is_file())
+
+    def __contains__(self, key) -> bool:
+        return key in self._top
+
+    def keys(self):
+        return set(self._top)
+
+    def get(self, key, default=None):
+        """One top-level entry, loaded in full (small values: an engine's state)."""
+        if key not in self._top:
+            return default
+        return self.full(only=key)[key]
+
+    def restore(self, objects: dict) -> None:
+        """Load the entries into ``objects`` (key -> object with state_dict/load_state_dict),
+        resharded to however those objects are laid out now."""
+        template = {key: obj.state_dict() for key, obj in objects.items()}
+        dcp.load(
+            template,
+            checkpoint_id=self.path,
+            storage_reader=_SafeReader(self.path),
+            planner=_SafePlanner(),
+        )
+        for key, obj in objects.items():
+            obj.load_state_dict(template[key])
+
+    def full(self, only=None) -> dict:
+        """Every entry (or the top-level ``only``) as full tensors, in this process alone."""
+        skeleton = _skeleton(self.metadata)
+        if only is not None:
+            skeleton = {only: skeleton[only]}
+        dcp.load(
+            skeleton,
+            checkpoint_id=self.path,
+            storage_reader=_SafeReader(self.path),
+            planner=_SafePlanner(),
+            no_dist=True,
+        )
+        return skeleton
