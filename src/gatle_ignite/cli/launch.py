@@ -14,7 +14,7 @@ import sys
 import tempfile
 import threading
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Optional, Union
 
@@ -49,11 +49,16 @@ _INHERITED_WORLD_VARS = (
 _FINISHED_DIR_VAR = "GATLE_IGNITE_FINISHED_DIR"
 
 
-def run_task(local_rank: int, cfg: config_dict.ConfigDict):
-    """Build the config's ``Trainer`` and train it, or only evaluate it in inference mode."""
+def run_task(local_rank: int, cfg: config_dict.ConfigDict, job: Optional[Callable] = None):
+    """Build the config's ``Trainer`` and train it, or only evaluate it in inference mode.
+
+    ``job(trainer)``, when given, runs instead of both: a tool such as ``predict``.
+    """
     Trainer = import_entrypoint(cfg.main_runner, "Trainer", field="main_runner")
     task = Trainer(local_rank, cfg)
-    if "run" in cfg:
+    if job is not None:
+        result = job(task)
+    elif "run" in cfg:
         task.evaluate()
         result = task
     else:
@@ -185,25 +190,30 @@ def _warn_if_topology_ignored(cfg: config_dict.ConfigDict, world: str) -> None:
         )
 
 
-def _join(cfg: config_dict.ConfigDict, world: str) -> None:
+def _join(cfg: config_dict.ConfigDict, world: str, task_args: tuple) -> None:
     _warn_if_topology_ignored(cfg, world)
     hidden = () if world == "slurm" else ("SLURM_JOB_ID",)
     with _hidden_from_ignite(*hidden), idist.Parallel(backend=_resolve_backend(cfg)) as parallel:
-        parallel.run(run_task, cfg)
+        parallel.run(run_task, *task_args)
 
 
-def launch(cfg: config_dict.ConfigDict):
+def launch(cfg: config_dict.ConfigDict, job: Optional[Callable] = None):
     """Run the config here: join a world torchrun or srun started, run directly for one
-    process, or spawn this node's workers through ``idist.Parallel``."""
+    process, or spawn this node's workers through ``idist.Parallel``.
+
+    ``job``, a picklable ``job(trainer)``, replaces fit/evaluate on every rank (see run_task).
+    """
+    # Without a job the workers get exactly (cfg,), as before there were jobs.
+    task_args = (cfg,) if job is None else (cfg, job)
     world = _existing_world()
     if world is not None:
-        return _join(cfg, world)
+        return _join(cfg, world, task_args)
     nproc, nnodes, node_rank = resolve_topology(cfg)
     addr, port = resolve_rendezvous(cfg, nnodes)
     os.environ["MASTER_PORT"] = str(port)
     os.environ["MASTER_ADDR"] = addr
     if nproc * nnodes <= 1:
-        return run_task(0, cfg)
+        return run_task(0, *task_args)
     parallel_kwargs = _parallel_kwargs(nnodes, node_rank, addr, port)
     with (
         _hidden_from_ignite("SLURM_JOB_ID"),
@@ -213,7 +223,7 @@ def launch(cfg: config_dict.ConfigDict):
         with idist.Parallel(
             backend=_resolve_backend(cfg), nproc_per_node=nproc, **parallel_kwargs
         ) as parallel:
-            parallel.run(run_task, cfg)
+            parallel.run(run_task, *task_args)
     return None
 
 
