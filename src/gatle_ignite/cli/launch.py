@@ -17,7 +17,7 @@ import sys
 import tempfile
 import threading
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Optional, Union
 
@@ -68,16 +68,17 @@ _COLLECTIVE_TIMEOUT = re.compile(r"Timed out waiting|collective operation timeou
 _REPORT_GRACE_S = 1.0
 
 
-def run_task(local_rank: int, cfg: config_dict.ConfigDict):
+def run_task(local_rank: int, cfg: config_dict.ConfigDict, job: Optional[Callable] = None):
     """Build the config's ``Trainer`` and train it, or only evaluate it in inference mode.
 
-    Returns the task (what ``fit()`` returns) on every rank; under DDP its ``model`` is then the
-    unwrapped module.
+    ``job(trainer)``, when given, runs instead of both: a tool such as ``predict``. Returns the
+    task (what ``fit()`` returns), or the job's result, on every rank; under DDP the task's
+    ``model`` is then the unwrapped module.
     """
     Trainer = import_entrypoint(cfg.main_runner, "Trainer", field="main_runner")
     task = Trainer(local_rank, cfg)
     with _peer_timeout_reported(cfg):
-        result = _run_and_mark(task, cfg, local_rank)
+        result = _run_and_mark(task, cfg, local_rank, job)
         if idist.get_world_size() > 1:
             _release_process_group(task)
             # ignite destroys each rank's process group as soon as it returns; a rank that gets
@@ -86,9 +87,11 @@ def run_task(local_rank: int, cfg: config_dict.ConfigDict):
     return result
 
 
-def _run_and_mark(task, cfg: config_dict.ConfigDict, local_rank: int):
+def _run_and_mark(task, cfg: config_dict.ConfigDict, local_rank: int, job=None):
     try:
-        if "run" in cfg:
+        if job is not None:
+            result = job(task)
+        elif "run" in cfg:
             task.evaluate()
             result = task
         else:
@@ -299,12 +302,12 @@ def _warn_if_topology_ignored(cfg: config_dict.ConfigDict, world: str) -> None:
         )
 
 
-def _join(cfg: config_dict.ConfigDict, world: str) -> None:
+def _join(cfg: config_dict.ConfigDict, world: str, task_args: tuple) -> None:
     _warn_if_topology_ignored(cfg, world)
     hidden = () if world == "slurm" else ("SLURM_JOB_ID",)
     with _hidden_from_ignite(*hidden), idist.Parallel(backend=_resolve_backend(cfg)) as parallel:
         _apply_dist_timeout(cfg)
-        parallel.run(run_task, cfg)
+        parallel.run(run_task, *task_args)
 
 
 def _apply_dist_timeout(cfg: config_dict.ConfigDict) -> None:
@@ -318,19 +321,24 @@ def _apply_dist_timeout(cfg: config_dict.ConfigDict) -> None:
         torch.distributed.distributed_c10d._set_pg_timeout(timeout)
 
 
-def launch(cfg: config_dict.ConfigDict):
+def launch(cfg: config_dict.ConfigDict, job: Optional[Callable] = None):
     """Run the config here: join a world torchrun or srun started, run directly for one
-    process, or spawn this node's workers through ``idist.Parallel``."""
+    process, or spawn this node's workers through ``idist.Parallel``.
+
+    ``job``, a picklable ``job(trainer)``, replaces fit/evaluate on every rank (see run_task).
+    """
     quiet_ignite_loggers(cfg.get("verbosity", 1))
+    # Without a job the workers get exactly (cfg,), as before there were jobs.
+    task_args = (cfg,) if job is None else (cfg, job)
     world = _existing_world()
     if world is not None:
-        return _join(cfg, world)
+        return _join(cfg, world, task_args)
     nproc, nnodes, node_rank = resolve_topology(cfg)
     addr, port = resolve_rendezvous(cfg, nnodes)
     os.environ["MASTER_PORT"] = str(port)
     os.environ["MASTER_ADDR"] = addr
     if nproc * nnodes <= 1:
-        return run_task(0, cfg)
+        return run_task(0, *task_args)
     parallel_kwargs = _parallel_kwargs(nnodes, node_rank, addr, port)
     timeout = _dist_timeout(cfg)
     if timeout is not None:
@@ -345,7 +353,7 @@ def launch(cfg: config_dict.ConfigDict):
         with idist.Parallel(
             backend=_resolve_backend(cfg), nproc_per_node=nproc, **parallel_kwargs
         ) as parallel:
-            parallel.run(run_task, cfg)
+            parallel.run(run_task, *task_args)
     return None
 
 

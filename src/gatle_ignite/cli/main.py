@@ -1,4 +1,4 @@
-"""The ``gatle-ignite`` command line: init, train, eval and config."""
+"""The ``gatle-ignite`` command line: init, train, eval, config, status and the tools."""
 
 import argparse
 import os
@@ -22,8 +22,11 @@ usage forms:
   gatle-ignite init NAME [--dir DIR] [--force]
   gatle-ignite train --config=CFG.py[,CFG2.py...] [--override KEY=VALUE]...
   gatle-ignite eval --config=CFG.py [--ckpt best|latest|PATH] [--override KEY=VALUE]...
-  gatle-ignite config --config=CFG.py[,CFG2.py...] [--override KEY=VALUE]...
+  gatle-ignite config --config=CFG.py[,CFG2.py...] [--dry-run] [--override KEY=VALUE]...
   gatle-ignite status SAVE_DIR
+  gatle-ignite predict --config=CFG.py --out FILE [--ckpt best|latest|PATH] [--split SPLIT]
+  gatle-ignite lr-find --config=CFG.py [--start-lr LR] [--end-lr LR] [--num-iter N] [--out PNG]
+  gatle-ignite plot RUN_DIR [RUN_DIR ...] --out FILE.png
 """
 
 
@@ -46,6 +49,63 @@ def _checkpoint_choice(value: str) -> str:
     )
 
 
+def _add_checkpoint_arg(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--ckpt",
+        default="best",
+        type=_checkpoint_choice,
+        metavar="best|latest|PATH",
+        help="the best checkpoint, the furthest-trained one, or a checkpoint file",
+    )
+
+
+def _add_tool_parsers(commands) -> None:
+    from gatle_ignite.cli.lr_find import DEFAULT_END_LR, DEFAULT_NUM_ITER, DEFAULT_START_LR
+
+    predict = commands.add_parser(
+        "predict", help="write the model's outputs for every sample of a split, in order"
+    )
+    _add_config_args(predict, "one config file")
+    _add_checkpoint_arg(predict)
+    predict.add_argument("--split", default="valid", help="an evaluation split (default valid)")
+    predict.add_argument(
+        "--out", required=True, metavar="FILE", help="where to torch.save {key: tensor[N, ...]}"
+    )
+
+    lr_find = commands.add_parser(
+        "lr-find", help="a learning-rate range test; suggests a learning rate, saves nothing"
+    )
+    _add_config_args(lr_find, "one config file")
+    lr_find.add_argument(
+        "--start-lr",
+        type=float,
+        default=DEFAULT_START_LR,
+        metavar="LR",
+        help="the first learning rate tried (default %(default)g)",
+    )
+    lr_find.add_argument(
+        "--end-lr",
+        type=float,
+        default=DEFAULT_END_LR,
+        metavar="LR",
+        help="the last learning rate tried (default %(default)g)",
+    )
+    lr_find.add_argument(
+        "--num-iter",
+        type=int,
+        default=DEFAULT_NUM_ITER,
+        metavar="N",
+        help="training batches, one learning rate each (default %(default)s)",
+    )
+    lr_find.add_argument(
+        "--out", metavar="PNG", help="the loss-vs-lr plot (default <save_dir>/lr_find.png)"
+    )
+
+    plot = commands.add_parser("plot", help="draw runs' metrics.csv curves, one panel per metric")
+    plot.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="a run's save_dir")
+    plot.add_argument("--out", required=True, metavar="FILE.png", help="the PNG to write")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser behind ``gatle-ignite``."""
     parser = argparse.ArgumentParser(
@@ -66,13 +126,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     evaluate = commands.add_parser("eval", help="load a checkpoint and evaluate it")
     _add_config_args(evaluate, "one config file")
-    evaluate.add_argument(
-        "--ckpt",
-        default="best",
-        type=_checkpoint_choice,
-        metavar="best|latest|PATH",
-        help="the best checkpoint, the furthest-trained one, or a checkpoint file",
-    )
+    _add_checkpoint_arg(evaluate)
 
     status = commands.add_parser(
         "status", help="show a run directory's state; exit 0 finished, 75 resumable, 1 failed"
@@ -81,6 +135,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     check = commands.add_parser("config", help="print and check configs without training")
     _add_config_args(check, "config file, or comma-separated files")
+    check.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="also run one batch of every split through prep_batch, the model, loss and metrics",
+    )
+    _add_tool_parsers(commands)
     return parser
 
 
@@ -125,18 +185,26 @@ def _check_configs(args: argparse.Namespace, paths: list[str]) -> int:
             check_extra_installed(backend)
         print()
         print("all dotted paths resolve.")
+        if args.dry_run:
+            from gatle_ignite.cli.dry_run import dry_run
+
+            dry_run(cfg)
     return 0
 
 
-def _evaluate(args: argparse.Namespace, paths: list[str]) -> int:
+def _one_path(command: str, paths: list[str]) -> str:
     if len(paths) > 1:
         raise ConfigError(
-            f"eval takes one --config, got {len(paths)}: {', '.join(paths)}\n"
+            f"{command} takes one --config, got {len(paths)}: {', '.join(paths)}\n"
             f"  The comma form runs several configs in parallel and is for `train` only."
         )
+    return paths[0]
+
+
+def _evaluate(args: argparse.Namespace, paths: list[str]) -> int:
     from gatle_ignite.cli import launch
 
-    cfg = _prepare(args, paths[0])
+    cfg = _prepare(args, _one_path("eval", paths))
     cfg.run = True
     cfg.load_from_ckpt = args.ckpt
     launch.launch(cfg)
@@ -158,7 +226,28 @@ def _train(args: argparse.Namespace, paths: list[str]) -> int:
     return 0
 
 
-_CONFIG_COMMANDS = {"config": _check_configs, "eval": _evaluate, "train": _train}
+def _predict(args: argparse.Namespace, paths: list[str]) -> int:
+    from gatle_ignite.cli.predict import predict
+
+    predict(_prepare(args, _one_path("predict", paths)), args.split, args.out, args.ckpt)
+    return 0
+
+
+def _lr_find(args: argparse.Namespace, paths: list[str]) -> int:
+    from gatle_ignite.cli.lr_find import run_lr_find
+
+    cfg = _prepare(args, _one_path("lr-find", paths))
+    run_lr_find(cfg, args.out, args.start_lr, args.end_lr, args.num_iter)
+    return 0
+
+
+_CONFIG_COMMANDS = {
+    "config": _check_configs,
+    "eval": _evaluate,
+    "train": _train,
+    "predict": _predict,
+    "lr-find": _lr_find,
+}
 
 
 def _run_command(args: argparse.Namespace) -> int:
@@ -170,6 +259,10 @@ def _run_command(args: argparse.Namespace) -> int:
         from gatle_ignite.cli.status import run_status
 
         return run_status(args.save_dir)
+    if args.command == "plot":
+        from gatle_ignite.cli.plot import run_plot
+
+        return run_plot(args.run_dirs, args.out)
     return _CONFIG_COMMANDS[args.command](args, _split_paths(args.config))
 
 

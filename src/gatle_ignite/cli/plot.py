@@ -1,0 +1,144 @@
+"""``gatle-ignite plot RUN_DIR... --out FILE.png``: runs' curves, one panel per metric.
+
+The history is each run's ``metrics.csv`` (the csv backend's rows: wall_time, epoch, step,
+name, value). A panel's x axis is the global iteration (``step``) when every row it draws
+has one; rows written before the epoch metrics carried a step fall back to the epoch.
+"""
+
+import csv
+import math
+import os
+from collections import defaultdict
+from collections.abc import Sequence
+from pathlib import Path
+from typing import NamedTuple, Optional, Union
+
+from gatle_ignite.dispatch import ConfigError
+
+__all__ = ["Point", "plot_runs", "read_history", "require_matplotlib", "run_plot", "save_png"]
+
+HISTORY_FILE = "metrics.csv"
+_COLUMNS = ("epoch", "step", "name", "value")
+# A series this short is drawn with markers, so its few epoch points stay visible.
+_MARKED_POINTS = 50
+
+
+class Point(NamedTuple):
+    step: Optional[int]
+    epoch: Optional[int]
+    value: float
+
+
+def require_matplotlib(command: str):
+    """matplotlib's ``Figure``, or a config error naming the extra that installs it."""
+    try:
+        from matplotlib.figure import Figure
+    except ImportError as error:
+        raise ConfigError(
+            f"{command} draws with matplotlib, which is not installed ({error}).\n"
+            f'  Install it with `pip install "gatle-ignite[plot]"`.'
+        ) from error
+    return Figure
+
+
+def _whole_number(cell: str) -> Optional[int]:
+    return int(float(cell)) if cell else None
+
+
+def read_history(run_dir: Union[str, os.PathLike]) -> dict:
+    """``{metric name: [Point, ...]}`` in file order; non-numeric values are left out."""
+    path = Path(run_dir) / HISTORY_FILE
+    if not path.is_file():
+        raise ConfigError(
+            f"{run_dir} has no {HISTORY_FILE}.\n"
+            f"  Give the save_dir of a run that logged with the csv backend, e.g. trained with "
+            f"--override \"logger_name=['text','csv']\"."
+        )
+    history = defaultdict(list)
+    with open(path, newline="", encoding="utf-8") as handle:
+        rows = csv.DictReader(handle)
+        if not set(_COLUMNS) <= set(rows.fieldnames or ()):
+            raise ConfigError(
+                f"{path} is not a metrics history: its header is {rows.fieldnames}, and it "
+                f"needs the columns {', '.join(_COLUMNS)}."
+            )
+        for row in rows:
+            try:
+                value = float(row["value"])
+            except (TypeError, ValueError):
+                continue  # a list-valued metric (a confusion matrix) has no curve
+            point = Point(_whole_number(row["step"]), _whole_number(row["epoch"]), value)
+            history[row["name"]].append(point)
+    return dict(history)
+
+
+def _labels(run_dirs: Sequence) -> list:
+    """Each run's legend entry: its directory name, or its path where names repeat."""
+    names = [Path(run_dir).name for run_dir in run_dirs]
+    return [
+        name if names.count(name) == 1 else str(run_dir) for name, run_dir in zip(names, run_dirs)
+    ]
+
+
+def _all_have_steps(series: list) -> bool:
+    return all(point.step is not None for points in series for point in points)
+
+
+def _xy(points: list, by_step: bool) -> tuple:
+    kept = [p for p in points if (p.step if by_step else p.epoch) is not None]
+    return [p.step if by_step else p.epoch for p in kept], [p.value for p in kept]
+
+
+def _draw_panel(ax, name: str, histories: list, labels: list) -> None:
+    from matplotlib.ticker import MaxNLocator
+
+    series = [history.get(name, []) for history in histories]
+    by_step = _all_have_steps(series)
+    for index, (points, label) in enumerate(zip(series, labels)):
+        if not points:
+            continue
+        xs, ys = _xy(points, by_step)
+        marker = "o" if len(xs) <= _MARKED_POINTS else None
+        # One colour per run across every panel, so a run is followed from panel to panel.
+        ax.plot(xs, ys, marker=marker, markersize=3, linewidth=1.4, color=f"C{index}", label=label)
+    ax.set_title(name, fontsize=10)
+    ax.set_xlabel("iteration" if by_step else "epoch (no step recorded)", fontsize=8)
+    # Steps and epochs are counts: no tick between two of them.
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.tick_params(labelsize=7)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, loc="best")
+
+
+def plot_runs(run_dirs: Sequence[Union[str, os.PathLike]], out: Union[str, os.PathLike]):
+    """Draw every metric of every run, runs overlaid, write ``out`` as a PNG; returns the Figure."""
+    Figure = require_matplotlib("plot")
+    histories = [read_history(run_dir) for run_dir in run_dirs]
+    names = sorted({name for history in histories for name in history})
+    if not names:
+        raise ConfigError(f"nothing to plot: no numeric metric in {', '.join(map(str, run_dirs))}")
+    ncols = min(3, len(names))
+    nrows = math.ceil(len(names) / ncols)
+    figure = Figure(figsize=(4.5 * ncols, 3.2 * nrows))
+    axes = list(figure.subplots(nrows, ncols, squeeze=False).flat)
+    labels = _labels(run_dirs)
+    for ax, name in zip(axes, names):
+        _draw_panel(ax, name, histories, labels)
+    for ax in axes[len(names) :]:
+        ax.remove()
+    figure.tight_layout()
+    save_png(figure, out)
+    return figure
+
+
+def save_png(figure, out: Union[str, os.PathLike]) -> None:
+    """Write ``figure`` to exactly ``out`` (matplotlib would append .png to a bare name)."""
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(out, format="png", dpi=100)
+
+
+def run_plot(run_dirs: Sequence[str], out: str) -> int:
+    """The ``plot`` command: draw, then say where."""
+    figure = plot_runs(run_dirs, out)
+    print(f"PLOT: {len(figure.axes)} metric panel(s) of {len(run_dirs)} run(s) written to {out}")
+    return 0

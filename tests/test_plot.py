@@ -1,0 +1,154 @@
+"""``gatle-ignite plot``: one panel per metric, runs overlaid, from each run's metrics.csv."""
+
+import csv
+import sys
+
+import pytest
+from matplotlib.image import imread
+
+from gatle_ignite.cli.main import main
+from gatle_ignite.cli.plot import plot_runs
+from gatle_ignite.dispatch import ConfigError
+from tests.toy.config import toy_config
+from tests.toy.trainer import Trainer
+
+HEADER = ("wall_time", "epoch", "step", "name", "value")
+# Today's rows: epoch metrics carry no step.
+EPOCH_ROWS = [
+    (1.0, 1, 2, "train/lr_0", 0.01),
+    (1.1, 1, 4, "train/lr_0", 0.02),
+    (1.2, 1, "", "train/loss_avg", 1.1),
+    (1.3, 1, "", "valid/acc", 0.4),
+    (2.0, 2, 6, "train/lr_0", 0.03),
+    (2.1, 2, 8, "train/lr_0", 0.04),
+    (2.2, 2, "", "train/loss_avg", 0.9),
+    (2.3, 2, "", "valid/acc", 0.6),
+]
+# The rows to come: every one carries the global iteration and the epoch.
+STEP_ROWS = [
+    (1.0, 1, 4, "train/lr_0", 0.02),
+    (1.2, 1, 4, "train/loss_avg", 1.0),
+    (1.3, 1, 4, "valid/acc", 0.5),
+    (1.3, 1, 4, "valid/confusion", "[[1, 0], [0, 1]]"),
+    (2.0, 2, 8, "train/lr_0", 0.04),
+    (2.2, 2, 8, "train/loss_avg", 0.8),
+    (2.3, 2, 8, "valid/acc", 0.7),
+    (2.3, 2, 8, "valid/loss", 0.5),
+]
+
+
+def _run_dir(path, rows):
+    path.mkdir(parents=True)
+    with open(path / "metrics.csv", "w", newline="", encoding="utf-8") as handle:
+        csv.writer(handle).writerows([HEADER, *rows])
+    return path
+
+
+@pytest.fixture
+def epoch_run(tmp_path):
+    return _run_dir(tmp_path / "epoch_run", EPOCH_ROWS)
+
+
+@pytest.fixture
+def step_run(tmp_path):
+    return _run_dir(tmp_path / "step_run", STEP_ROWS)
+
+
+def _panel(figure, title):
+    [ax] = [ax for ax in figure.axes if ax.get_title() == title]
+    return ax
+
+
+def _lines(ax):
+    return {line.get_label(): list(line.get_xdata()) for line in ax.get_lines()}
+
+
+def test_one_panel_per_metric_in_a_valid_png(epoch_run, tmp_path):
+    out = tmp_path / "curves.png"
+    figure = plot_runs([epoch_run], out)
+    assert [ax.get_title() for ax in figure.axes] == ["train/loss_avg", "train/lr_0", "valid/acc"]
+    image = imread(out)
+    # Three panels in one row of 4.5 x 3.2 inches at 100 dpi, RGBA.
+    assert image.shape == (320, 1350, 4)
+
+
+def test_a_run_with_more_metrics_gets_more_panels(epoch_run, step_run, tmp_path):
+    fewer = plot_runs([epoch_run], tmp_path / "fewer.png")
+    more = plot_runs([step_run], tmp_path / "more.png")
+    # The list-valued confusion matrix has no curve and no panel.
+    assert [ax.get_title() for ax in more.axes] == [
+        "train/loss_avg",
+        "train/lr_0",
+        "valid/acc",
+        "valid/loss",
+    ]
+    assert len(more.axes) == len(fewer.axes) + 1
+    assert imread(tmp_path / "more.png").shape == (640, 1350, 4)
+
+
+def test_runs_are_overlaid_under_their_directory_names(epoch_run, step_run, tmp_path):
+    figure = plot_runs([epoch_run, step_run], tmp_path / "both.png")
+    assert len(figure.axes) == 4
+    lr = _panel(figure, "train/lr_0")
+    assert _lines(lr) == {"epoch_run": [2, 4, 6, 8], "step_run": [4, 8]}
+    assert lr.get_xlabel() == "iteration"
+    # One colour per run, in every panel.
+    colours = {line.get_label(): line.get_color() for line in lr.get_lines()}
+    loss = _panel(figure, "train/loss_avg")
+    assert {line.get_label(): line.get_color() for line in loss.get_lines()} == colours
+    assert _lines(_panel(figure, "valid/loss")) == {"step_run": [8]}
+
+
+def test_epoch_metrics_without_a_step_fall_back_to_the_epoch(epoch_run, step_run, tmp_path):
+    alone = plot_runs([step_run], tmp_path / "steps.png")
+    acc = _panel(alone, "valid/acc")
+    assert (_lines(acc), acc.get_xlabel()) == ({"step_run": [4, 8]}, "iteration")
+    mixed = plot_runs([epoch_run, step_run], tmp_path / "mixed.png")
+    acc = _panel(mixed, "valid/acc")
+    # One x unit per panel: a run without steps puts the whole panel on epochs.
+    assert _lines(acc) == {"epoch_run": [1, 2], "step_run": [1, 2]}
+    assert acc.get_xlabel() == "epoch (no step recorded)"
+
+
+def test_a_trained_run_gets_a_panel_per_logged_metric(tmp_path):
+    save_dir = tmp_path / "toy"
+    Trainer(0, toy_config(save_dir=str(save_dir), logger_name=["csv"], log_every=2)).fit()
+    with open(save_dir / "metrics.csv", newline="", encoding="utf-8") as handle:
+        names = sorted({row["name"] for row in csv.DictReader(handle)})
+    figure = plot_runs([save_dir], tmp_path / "toy.png")
+    assert [ax.get_title() for ax in figure.axes] == names
+    assert "valid/acc" in names and "train/lr_0" in names
+
+
+def test_the_command_writes_the_png_and_says_where(epoch_run, step_run, tmp_path, capsys):
+    out = tmp_path / "plots" / "compare.png"
+    assert main(["plot", str(epoch_run), str(step_run), "--out", str(out)]) == 0
+    assert capsys.readouterr().out == f"PLOT: 4 metric panel(s) of 2 run(s) written to {out}\n"
+    assert out.read_bytes().startswith(b"\x89PNG")
+
+
+def test_a_run_without_metrics_csv_is_a_config_error(epoch_run, tmp_path, capsys):
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    out = tmp_path / "never.png"
+    assert main(["plot", str(epoch_run), str(bare), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"\nconfig error: {bare} has no metrics.csv.")
+    assert "logger_name=['text','csv']" in err and "Traceback" not in err
+    assert not out.exists()
+
+
+def test_a_file_that_is_not_a_history_is_refused(tmp_path):
+    folder = tmp_path / "other"
+    folder.mkdir()
+    (folder / "metrics.csv").write_text("a,b\n1,2\n")
+    with pytest.raises(ConfigError, match="needs the columns epoch, step, name, value"):
+        plot_runs([folder], tmp_path / "never.png")
+
+
+def test_without_matplotlib_plot_names_the_extra(epoch_run, tmp_path, capsys, monkeypatch):
+    for module in ("matplotlib", "matplotlib.figure"):
+        monkeypatch.setitem(sys.modules, module, None)
+    assert main(["plot", str(epoch_run), "--out", str(tmp_path / "never.png")]) == 2
+    err = capsys.readouterr().err
+    assert 'pip install "gatle-ignite[plot]"' in err and "Traceback" not in err

@@ -1,0 +1,162 @@
+"""``gatle-ignite predict``: every sample of a split, in dataset order, in one file."""
+
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from gatle_ignite.cli.main import main
+from gatle_ignite.cli.predict import flatten_output
+from gatle_ignite.dispatch import ConfigError
+from gatle_ignite.run.directory import eval_checkpoint
+from tests.conftest import ROOT
+from tests.toy.config import toy_config
+from tests.toy.config_file import write_toy_config
+from tests.toy.data import make_dataset
+from tests.toy.model import Model
+from tests.toy.trainer import Trainer
+
+# 37 does not divide by two ranks or by the batch of 16: every shard and batch edge is hit.
+VALID = {"n": 37, "bs": 16, "seed": 1}
+GLOO = ["--override=dist_backend='gloo'", "--override=auto_model_params.sync_bn=False"]
+
+
+@pytest.fixture(autouse=True)
+def isolated(monkeypatch, tmp_path):
+    # The CLI puts the working directory on sys.path; syspath_prepend restores sys.path.
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """A trained toy run and the config file that names it."""
+    folder = tmp_path_factory.mktemp("predict")
+    fields = {"save_dir": str(folder / "run"), "valid_ds_params": VALID}
+    Trainer(0, toy_config(**fields)).fit()
+    return write_toy_config(folder / "cfg.py", **fields), folder / "run"
+
+
+def _direct_logits(save_dir):
+    """The best checkpoint's model applied to the whole split at once, outside the framework."""
+    _path, state = eval_checkpoint(save_dir, "best")
+    model = Model()
+    model.load_state_dict(state["model"])
+    model.eval()
+    features, labels = make_dataset(n=VALID["n"], seed=VALID["seed"]).tensors
+    with torch.no_grad():
+        return model(features)["logits"], labels
+
+
+def test_predict_writes_every_sample_in_dataset_order(trained, tmp_path, capsys):
+    config, save_dir = trained
+    before = sorted(p.name for p in save_dir.iterdir())
+    out = tmp_path / "preds" / "valid.pt"
+    assert main(["predict", f"--config={config}", "--out", str(out)]) == 0
+    stdout = capsys.readouterr().out
+    assert f"PREDICTIONS: {VALID['n']} samples of the valid split written to {out}" in stdout
+    predictions = torch.load(out, weights_only=True)
+    assert sorted(predictions) == ["logits"]
+    expected, _labels = _direct_logits(save_dir)
+    assert predictions["logits"].shape == expected.shape == (VALID["n"], 3)
+    assert torch.allclose(predictions["logits"], expected, atol=1e-6)
+    # Inference mode: the run directory is read, never written.
+    assert sorted(p.name for p in save_dir.iterdir()) == before
+
+
+def test_predicted_accuracy_is_what_eval_reports(trained, tmp_path, capsys):
+    config, save_dir = trained
+    assert main(["eval", f"--config={config}"]) == 0
+    reported = float(re.search(r"^valid/acc: (\S+)$", capsys.readouterr().out, re.M).group(1))
+    out = tmp_path / "valid.pt"
+    assert main(["predict", f"--config={config}", "--out", str(out)]) == 0
+    logits = torch.load(out, weights_only=True)["logits"]
+    _expected, labels = _direct_logits(save_dir)
+    correct = int((logits.argmax(dim=1) == labels).sum())
+    assert correct / len(labels) == reported
+    assert 0 < correct < len(labels)
+
+
+def test_the_latest_checkpoint_can_be_chosen(trained, tmp_path, capsys):
+    config, save_dir = trained
+    latest = tmp_path / "latest.pt"
+    assert main(["predict", f"--config={config}", "--ckpt", "latest", "--out", str(latest)]) == 0
+    assert f"LOADING CHECKPOINT: {save_dir}/latest_epoch_checkpoint_2.pt" in capsys.readouterr().out
+    assert torch.load(latest, weights_only=True)["logits"].shape == (VALID["n"], 3)
+
+
+@pytest.mark.parametrize(
+    "split, phrase",
+    [
+        ("test", "split 'test' has no data: test_ds_name is not set"),
+        ("probe", "split 'probe' has no data: probe_ds_name is not set"),
+        ("train", "predict runs an evaluation split"),
+    ],
+)
+def test_a_split_without_data_is_a_config_error(trained, tmp_path, capsys, split, phrase):
+    config, _save_dir = trained
+    out = tmp_path / "never.pt"
+    assert main(["predict", f"--config={config}", "--split", split, "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("\nconfig error: ") and phrase in err
+    assert "The evaluation splits with data: valid." in err or split == "train"
+    assert not out.exists()
+
+
+def test_a_shuffled_split_is_refused(trained, tmp_path, capsys):
+    config, _save_dir = trained
+    shuffled = f"--override=valid_ds_params={dict(VALID, shuffle=True)!r}"
+    out = tmp_path / "never.pt"
+    assert main(["predict", f"--config={config}", shuffled, "--out", str(out)]) == 2
+    assert "does not visit the split in dataset order" in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_nested_outputs_are_flattened_to_dotted_keys():
+    rows = torch.zeros(4, 2)
+    flat = flatten_output({"logits": rows, "heads": {"a": rows, "b": [rows, rows[:, 0]]}})
+    assert sorted(flat) == ["heads.a", "heads.b.0", "heads.b.1", "logits"]
+    assert flat["heads.b.1"].shape == (4,)
+    assert sorted(flatten_output(rows)) == ["y_pred"]
+
+
+@pytest.mark.parametrize("output", [{"aux": torch.tensor(1.0)}, {"aux": 1.0}])
+def test_an_output_without_a_row_per_sample_is_refused(output):
+    with pytest.raises(ConfigError, match="'aux'"):
+        flatten_output(output)
+
+
+def _cli(*args):
+    env = {k: v for k, v in os.environ.items() if k not in ("MASTER_PORT", "MASTER_ADDR")}
+    done = subprocess.run(
+        [sys.executable, "-m", "gatle_ignite", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return done.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_two_processes_write_the_one_process_predictions(trained, tmp_path):
+    config, save_dir = trained
+    one, two = tmp_path / "one.pt", tmp_path / "two.pt"
+    _cli("predict", f"--config={config}", f"--out={one}", "--override=nproc_per_node=1", *GLOO)
+    out = _cli(
+        "predict", f"--config={config}", f"--out={two}", "--override=nproc_per_node=2", *GLOO
+    )
+    assert out.count("PREDICTIONS: ") == 1
+    single = torch.load(one, weights_only=True)["logits"]
+    double = torch.load(two, weights_only=True)["logits"]
+    expected, _labels = _direct_logits(save_dir)
+    # Two ranks of 19 and 18 samples, joined in rank order: no padded duplicate, none missing.
+    assert double.shape == single.shape == (VALID["n"], 3)
+    assert torch.allclose(double, single, atol=1e-6)
+    assert torch.allclose(double, expected, atol=1e-6)
