@@ -22,10 +22,8 @@ something that does not exist, or a config field without documentation, fails th
 import csv
 import html
 import io
-import math
 import re
 import sys
-from collections import defaultdict
 from pathlib import Path
 
 from mkdocs.exceptions import PluginError
@@ -196,102 +194,20 @@ def _builtin_backends() -> str:
 # ---------------------------------------------------------------- training curves
 
 
-def _read_series(path):
-    """``{name: [(x, value), ...]}`` and whether each series is per step, from a metrics.csv."""
-    series, per_step, times = defaultdict(list), {}, []
+def _duration(path):
+    """Seconds from the first to the last logged value of a metrics.csv, or None."""
     with open(path, newline="", encoding="utf-8") as handle:
-        for row in csv.DictReader(handle):
-            try:
-                value = float(row["value"])
-            except (TypeError, ValueError):
-                continue  # a list-valued metric (a confusion matrix) has no curve
-            name, step, epoch = row["name"], row["step"], row["epoch"]
-            if step:
-                per_step[name] = True
-                series[name].append((int(float(step)), value))
-            elif epoch:
-                per_step.setdefault(name, False)
-                series[name].append((int(float(epoch)), value))
-            if row.get("wall_time"):
-                times.append(float(row["wall_time"]))
-    if not series:
-        raise PluginError(f"{path} holds no numeric metric to plot")
-    duration = max(times) - min(times) if times else None
-    return dict(series), per_step, duration
+        times = [float(row["wall_time"]) for row in csv.DictReader(handle) if row.get("wall_time")]
+    return max(times) - min(times) if times else None
 
 
-def _panels(series, per_step):
-    """Group the series into panels: losses, then one per metric, then per-step ones."""
-    names = sorted(series)
-    epoch_names = [n for n in names if not per_step[n]]
-    losses = [n for n in epoch_names if "loss" in n.split("/")[-1]]
-    panels = {"loss": losses} if losses else {}
-    bases = {n.split("/", 1)[-1] for n in epoch_names if n not in losses}
-    for name in epoch_names:
-        if name in losses:
-            continue
-        key = name.split("/", 1)[-1]
-        # Per-class entries (bal_acc_circle) join their base metric (bal_acc).
-        base = next((b for b in sorted(bases, key=len) if key.startswith(b + "_")), key)
-        panels.setdefault(base, []).append(name)
-    for name in names:
-        if per_step[name] and len(series[name]) > 1:
-            key = re.sub(r"_\d+$", "", name.split("/", 1)[-1])
-            panels.setdefault(f"{key} (per iteration)", []).append(name)
-    return panels
+def _draw(history, label) -> bytes:
+    """The run's curves as ``gatle-ignite plot`` draws them: one full-width panel per metric."""
+    from gatle_ignite.cli.plot import draw_histories
 
-
-def _draw(series, per_step, title) -> bytes:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    from matplotlib import pyplot as plt
-    from matplotlib.ticker import MaxNLocator
-
-    panels = _panels(series, per_step)
-    if not panels:
-        raise PluginError(f"{title}: nothing to plot")
-    ncols = min(3, len(panels))
-    nrows = math.ceil(len(panels) / ncols)
-    fig, axes = plt.subplots(nrows, ncols, figsize=(4.2 * ncols, 3.0 * nrows), squeeze=False)
-    for ax in axes.flat[len(panels) :]:
-        ax.set_visible(False)
-    for ax, (panel, names) in zip(axes.flat, panels.items()):
-        stepwise = any(per_step[n] for n in names)
-        # Per-class series only for the namespace logged most often (valid, not test).
-        counts = defaultdict(int)
-        for name in names:
-            counts[name.split("/", 1)[0]] += len(series[name])
-        main = max(counts, key=counts.get)
-        for name in names:
-            xs, ys = zip(*series[name])
-            sub = name.split("/", 1)[-1]
-            minor = panel != "loss" and not stepwise and sub != panel
-            if minor and name.split("/", 1)[0] != main:
-                continue
-            ax.plot(
-                xs,
-                ys,
-                marker="o" if len(xs) < 25 else None,
-                markersize=3,
-                linewidth=0.8 if minor else 1.6,
-                linestyle="--" if minor else "-",
-                label=name,
-            )
-        values = [v for n in names for _x, v in series[n]]
-        if min(values) > 0 and max(values) / min(values) > 100:
-            ax.set_yscale("log")
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-        ax.set_title(panel, fontsize=10)
-        ax.set_xlabel("iteration" if stepwise else "epoch", fontsize=8)
-        ax.tick_params(labelsize=7)
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=6 if len(names) > 4 else 7, loc="best")
-    fig.suptitle(title, fontsize=11)
-    fig.tight_layout()
+    figure = draw_histories([history], [label], columns=1)
     buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=100, metadata={"Software": None})
-    plt.close(fig)
+    figure.savefig(buffer, format="png", dpi=100, metadata={"Software": None})
     return buffer.getvalue()
 
 
@@ -303,12 +219,26 @@ def on_files(files, config):
         example = csv_path.parent.name
         if not (EXAMPLES / example / "README.md").is_file():
             raise PluginError(f"{csv_path} belongs to no example: examples/{example}/ is missing")
-        series, per_step, duration = _read_series(csv_path)
+        from gatle_ignite.cli.plot import read_history_file
+
+        history = read_history_file(csv_path)
+        if not history:
+            raise PluginError(f"{csv_path} holds no numeric metric to plot")
         label = _RUN_LABELS.get((example, csv_path.name), example)
         png = f"{CURVES}/{example}/{csv_path.stem}.png"
-        files.append(File.generated(config, png, content=_draw(series, per_step, label)))
-        _CURVES[(example, csv_path.name)] = (png, series, per_step, duration)
+        files.append(File.generated(config, png, content=_draw(history, label)))
+        _CURVES[(example, csv_path.name)] = (png, history, _duration(csv_path))
     return files
+
+
+def _per_iteration(name) -> bool:
+    """The points logged every log_every iterations, rather than once per epoch."""
+    return name.startswith(("train/lr_", "train/grad_norm")) or name == "train/loss"
+
+
+def _at(point) -> str:
+    where = f"iteration {point.step}" if point.step is not None else f"epoch {point.epoch}"
+    return f"{_fmt(point.value)} ({where})"
 
 
 def _fmt(value) -> str:
@@ -328,12 +258,13 @@ def _curves_section(example) -> str:
         "during one full run of the shipped config (2-core CPU, `OMP_NUM_THREADS=1`):",
         "",
     ]
-    for name, (png, series, per_step, duration) in runs:
+    for name, (png, history, duration) in runs:
         config = _RUN_CONFIGS.get((example, name), f"examples/{example}/configs/{example}_v0.py")
         label = _RUN_LABELS.get((example, name))
         if label:
             out += [f"### {label[0].upper()}{label[1:]}", ""]
-        steps = [x for n in series if per_step[n] for x, _v in series[n]]
+        # The per-iteration points' cadence: the smallest step they were logged at.
+        steps = [p.step for n, points in history.items() if _per_iteration(n) for p in points]
         every = f" --override log_every={min(steps)}" if steps and min(steps) != 100 else ""
         out += [
             "```bash",
@@ -346,12 +277,10 @@ def _curves_section(example) -> str:
             "| Metric | First | Last | Min | Max |",
             "|---|---|---|---|---|",
         ]
-        for metric in sorted(series, key=lambda n: (per_step[n], n)):
-            points = series[metric]
-            values = [v for _x, v in points]
-            unit = "iteration" if per_step[metric] else "epoch"
-            first = f"{_fmt(points[0][1])} ({unit} {points[0][0]})"
-            last = f"{_fmt(points[-1][1])} ({unit} {points[-1][0]})"
+        for metric in sorted(history, key=lambda n: (_per_iteration(n), n)):
+            points = history[metric]
+            values = [p.value for p in points]
+            first, last = _at(points[0]), _at(points[-1])
             out.append(
                 f"| {_code(metric)} | {first} | {last} | {_fmt(min(values))} | "
                 f"{_fmt(max(values))} |"

@@ -15,7 +15,16 @@ from typing import NamedTuple, Optional, Union
 
 from gatle_ignite.dispatch import ConfigError
 
-__all__ = ["Point", "plot_runs", "read_history", "require_matplotlib", "run_plot", "save_png"]
+__all__ = [
+    "Point",
+    "draw_histories",
+    "plot_runs",
+    "read_history",
+    "read_history_file",
+    "require_matplotlib",
+    "run_plot",
+    "save_png",
+]
 
 HISTORY_FILE = "metrics.csv"
 _COLUMNS = ("epoch", "step", "name", "value")
@@ -46,7 +55,7 @@ def _whole_number(cell: str) -> Optional[int]:
 
 
 def read_history(run_dir: Union[str, os.PathLike]) -> dict:
-    """``{metric name: [Point, ...]}`` in file order; non-numeric values are left out."""
+    """The run's ``metrics.csv`` as ``{metric name: [Point, ...]}``."""
     path = Path(run_dir) / HISTORY_FILE
     if not path.is_file():
         raise ConfigError(
@@ -54,6 +63,11 @@ def read_history(run_dir: Union[str, os.PathLike]) -> dict:
             f"  Give the save_dir of a run that logged with the csv backend, e.g. trained with "
             f"--override \"logger_name=['text','csv']\"."
         )
+    return read_history_file(path)
+
+
+def read_history_file(path: Union[str, os.PathLike]) -> dict:
+    """``{metric name: [Point, ...]}`` in file order; non-numeric values are left out."""
     history = defaultdict(list)
     with open(path, newline="", encoding="utf-8") as handle:
         rows = csv.DictReader(handle)
@@ -110,23 +124,30 @@ def _draw_panel(ax, name: str, histories: list, labels: list) -> None:
     ax.legend(fontsize=7, loc="best")
 
 
-def plot_runs(run_dirs: Sequence[Union[str, os.PathLike]], out: Union[str, os.PathLike]):
-    """Draw every metric of every run, runs overlaid, write ``out`` as a PNG; returns the Figure."""
+def draw_histories(histories: list, labels: list, columns: int = 3):
+    """A Figure with one panel per metric, every history overlaid in each."""
     Figure = require_matplotlib("plot")
-    histories = [read_history(run_dir) for run_dir in run_dirs]
     names = sorted({name for history in histories for name in history})
     if not names:
-        raise ConfigError(f"nothing to plot: no numeric metric in {', '.join(map(str, run_dirs))}")
-    ncols = min(3, len(names))
+        raise ConfigError(f"nothing to plot: no numeric metric in {', '.join(labels)}")
+    ncols = min(columns, len(names))
     nrows = math.ceil(len(names) / ncols)
-    figure = Figure(figsize=(4.5 * ncols, 3.2 * nrows))
+    # One column is as wide as three: a single-column page shows each panel at full width.
+    width = 13.5 / ncols if ncols < 3 else 4.5
+    figure = Figure(figsize=(width * ncols, 3.2 * nrows))
     axes = list(figure.subplots(nrows, ncols, squeeze=False).flat)
-    labels = _labels(run_dirs)
     for ax, name in zip(axes, names):
         _draw_panel(ax, name, histories, labels)
     for ax in axes[len(names) :]:
         ax.remove()
     figure.tight_layout()
+    return figure
+
+
+def plot_runs(run_dirs: Sequence[Union[str, os.PathLike]], out: Union[str, os.PathLike]):
+    """Draw every metric of every run, runs overlaid, write ``out`` as a PNG; returns the Figure."""
+    histories = [read_history(run_dir) for run_dir in run_dirs]
+    figure = draw_histories(histories, _labels(run_dirs))
     save_png(figure, out)
     return figure
 
