@@ -27,6 +27,7 @@ usage forms:
   gatle-ignite predict --config=CFG.py --out FILE [--ckpt best|latest|PATH] [--split SPLIT]
   gatle-ignite lr-find --config=CFG.py [--start-lr LR] [--end-lr LR] [--num-iter N] [--out PNG]
   gatle-ignite plot RUN_DIR [RUN_DIR ...] --out FILE.png
+  gatle-ignite consolidate SRC.dcp OUT.pt
 """
 
 
@@ -132,6 +133,12 @@ def build_parser() -> argparse.ArgumentParser:
         "status", help="show a run directory's state; exit 0 finished, 75 resumable, 1 failed"
     )
     status.add_argument("save_dir", help="the run's save_dir")
+
+    merge = commands.add_parser(
+        "consolidate", help="write a sharded .dcp checkpoint as one ordinary .pt file"
+    )
+    merge.add_argument("source", metavar="SRC.dcp", help="a sharded checkpoint directory")
+    merge.add_argument("out", metavar="OUT.pt", help="the file to write")
 
     check = commands.add_parser("config", help="print and check configs without training")
     _add_config_args(check, "config file, or comma-separated files")
@@ -259,6 +266,10 @@ def _run_command(args: argparse.Namespace) -> int:
         from gatle_ignite.cli.status import run_status
 
         return run_status(args.save_dir)
+    if args.command == "consolidate":
+        from gatle_ignite.cli.consolidate import consolidate
+
+        return consolidate(args.source, args.out)
     if args.command == "plot":
         from gatle_ignite.cli.plot import run_plot
 

@@ -12,9 +12,11 @@ own metadata classes, and the second with ``weights_only=True``, so a ``.dcp`` d
 more run code on load than a ``.pt`` file can.
 """
 
+import contextlib
 import os
 import pickle
 import shutil
+import warnings
 from pathlib import Path
 
 import torch
@@ -108,6 +110,32 @@ def _skeleton(metadata) -> dict:
     return root
 
 
+def _merged(saved, live):
+    """``saved`` (a skeleton of the checkpoint), with the live object's tensors where both have
+    a tensor of the same global shape, so those load in place."""
+    if isinstance(saved, dict):
+        live = live if isinstance(live, dict) else {}
+        return {key: _merged(value, live.get(key)) for key, value in saved.items()}
+    if isinstance(saved, list):
+        live = live if isinstance(live, (list, tuple)) and len(live) == len(saved) else []
+        return [_merged(value, live[i] if live else None) for i, value in enumerate(saved)]
+    if isinstance(saved, torch.Tensor) and isinstance(live, torch.Tensor):
+        return live if live.shape == saved.shape else saved
+    return saved
+
+
+@contextlib.contextmanager
+def _single_process_is_meant():
+    """DCP warns when it runs without a process group; one process is what is meant here."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="torch.distributed is disabled")
+        yield
+
+
+def _distributed() -> bool:
+    return dist.is_available() and dist.is_initialized()
+
+
 def staging_for(path: Path) -> Path:
     """The one staging name every rank agrees on for ``path``."""
     return staging_path(path, "dcp")
@@ -120,14 +148,16 @@ def save_sharded(state: dict, path: Path, process_group=None, asynchronous: bool
     once the state is staged in host memory; call :func:`finish_sharded` after either.
     """
     staging = staging_for(path)
-    distributed = dist.is_available() and dist.is_initialized()
+    distributed = _distributed()
     if not distributed or dist.get_rank() == 0:
         shutil.rmtree(staging, ignore_errors=True)
     if distributed:
         dist.barrier()
-    if asynchronous:
-        return dcp.async_save(state, checkpoint_id=staging, process_group=process_group)
-    dcp.save(state, checkpoint_id=staging, process_group=process_group)
+    options = {"checkpoint_id": staging, "process_group": process_group, "no_dist": not distributed}
+    with _single_process_is_meant():
+        if asynchronous:
+            return dcp.async_save(state, **options)
+        dcp.save(state, **options)
     return None
 
 
@@ -177,14 +207,15 @@ class ShardedCheckpoint:
 
     def restore(self, objects: dict) -> None:
         """Load the entries into ``objects`` (key -> object with state_dict/load_state_dict),
-        resharded to however those objects are laid out now."""
-        template = {key: obj.state_dict() for key, obj in objects.items()}
-        dcp.load(
-            template,
-            checkpoint_id=self.path,
-            storage_reader=_SafeReader(self.path),
-            planner=_SafePlanner(),
-        )
+        resharded to however those objects are laid out now.
+
+        The checkpoint's own layout is the template, so an entry whose shape varies (a random
+        state captured or not yet) loads as saved; a tensor the live object holds at the same
+        place (a shard of a parameter) is loaded in place instead, resharded.
+        """
+        skeleton = _skeleton(self.metadata)
+        template = {key: _merged(skeleton[key], obj.state_dict()) for key, obj in objects.items()}
+        self._load(template)
         for key, obj in objects.items():
             obj.load_state_dict(template[key])
 
@@ -193,11 +224,15 @@ class ShardedCheckpoint:
         skeleton = _skeleton(self.metadata)
         if only is not None:
             skeleton = {only: skeleton[only]}
-        dcp.load(
-            skeleton,
-            checkpoint_id=self.path,
-            storage_reader=_SafeReader(self.path),
-            planner=_SafePlanner(),
-            no_dist=True,
-        )
+        self._load(skeleton, no_dist=True)
         return skeleton
+
+    def _load(self, template: dict, no_dist: bool = False) -> None:
+        with _single_process_is_meant():
+            dcp.load(
+                template,
+                checkpoint_id=self.path,
+                storage_reader=_SafeReader(self.path),
+                planner=_SafePlanner(),
+                no_dist=no_dist or not _distributed(),
+            )
