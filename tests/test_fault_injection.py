@@ -142,8 +142,8 @@ def test_sigkill_during_a_checkpoint_write_leaves_every_checkpoint_loadable(tmp_
     process = _start(config)
     _after_progress_lines(process, random.randint(1, 4))
     deadline = time.monotonic() + 60
-    # DiskSaver writes to a temporary file in save_dir, then renames it into place.
-    while not [p for p in save_dir.iterdir() if not p.name.endswith((".pt", ".json"))]:
+    # A checkpoint is written to a staging name in save_dir, then renamed into place.
+    while not [p for p in save_dir.iterdir() if ".partial-" in p.name]:
         assert time.monotonic() < deadline, "no checkpoint write was seen"
         time.sleep(0.001)
     _kill_group(process, signal.SIGKILL)

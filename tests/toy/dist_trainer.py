@@ -22,7 +22,9 @@ from pathlib import Path
 import ignite.distributed as idist
 import torch
 from ignite.engine import Events
+from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
+from gatle_ignite.trainer.strategy import is_sharded
 from tests.toy.trainer import Trainer as ToyTrainer
 
 
@@ -62,6 +64,9 @@ class Trainer(ToyTrainer):
         return self
 
     def _count_gradient_allreduces(self):
+        if is_sharded(self.model):
+            self._count_reduce_scatters()
+            return
         if not hasattr(self.model, "register_comm_hook"):
             return
 
@@ -109,9 +114,19 @@ class Trainer(ToyTrainer):
         out.mkdir(parents=True, exist_ok=True)
         rank = idist.get_rank()
         (out / f"probe_rank{rank}.json").write_text(json.dumps(record))
+        # Full tensors on every rank (a collective under FSDP), written by rank 0.
+        full = StateDictOptions(full_state_dict=True, cpu_offload=True)
+        weights = get_model_state_dict(self.model, options=full)
         if rank == 0:
-            weights = {k: v.detach().cpu() for k, v in self._unwrapped().state_dict().items()}
-            torch.save(weights, out / "final_weights.pt")
+            torch.save({k: v.detach().cpu() for k, v in weights.items()}, out / "final_weights.pt")
 
-    def _unwrapped(self):
-        return getattr(self.model, "module", self.model)
+    def _count_reduce_scatters(self):
+        """FSDP2 reduces a unit's gradients with one reduce-scatter; count them."""
+        reduce_scatter = torch.distributed.reduce_scatter_single
+
+        def counting(*args, **kwargs):
+            self.probe["reduce_scatter_calls"] += 1
+            return reduce_scatter(*args, **kwargs)
+
+        self.probe["reduce_scatter_calls"] = 0
+        torch.distributed.reduce_scatter_single = counting

@@ -57,6 +57,8 @@ class Plan:
     checkpoint: Optional[str] = None
     accepted: list = field(default_factory=list)
     error: Optional[str] = None
+    # The resumed run's checkpoint index, so every rank continues the same rotation.
+    checkpoints: list = field(default_factory=list)
 
 
 def entry_for(path: Path, progress: Optional[tuple] = None) -> Entry:
@@ -293,7 +295,12 @@ class RunDirectory:
         manifest.max_epochs = self.cfg.max_epochs
         self.manifest = manifest
         self._begin()
-        return Plan("resume", checkpoint=str(self.path / entry.file), accepted=sorted(accepted))
+        return Plan(
+            "resume",
+            checkpoint=str(self.path / entry.file),
+            accepted=sorted(accepted),
+            checkpoints=list(manifest.checkpoints),
+        )
 
     def _check_changes(self, manifest: Manifest, payload: dict) -> dict:
         """The accepted changes, ``{field: [old, new]}``; any other change is refused."""
@@ -369,7 +376,9 @@ class RunDirectory:
         self.manifest.write(self.path)
 
     def entries(self, kind: str, engine: str = "") -> list:
-        return self.manifest.of_kind(kind, engine) if self.manifest is not None else []
+        """The run's checkpoints of a kind, on every rank (a sharded save involves them all)."""
+        known = self.plan.checkpoints if self.plan is not None else []
+        return [e for e in known if e.kind == kind and e.engine == engine]
 
     def _note_progress(self, trainer) -> None:
         state = trainer.state

@@ -130,9 +130,6 @@ class Manifest:
         entries = [e for e in self.checkpoints if e.resumable]
         return sorted(entries, key=Entry.progress_key, reverse=True)
 
-    def of_kind(self, kind: str, engine: str = "") -> list:
-        return [e for e in self.checkpoints if e.kind == kind and e.engine == engine]
-
     def describe(self) -> str:
         """One line naming the run, for messages about it."""
         trained = f"epoch {self.trained_epoch}, iteration {self.trained_iteration}"

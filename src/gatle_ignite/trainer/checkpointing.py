@@ -134,7 +134,7 @@ class _Handlers:
 
         Beyond ``n_saved`` (it was lowered), the lowest are removed after the next write.
         """
-        if self.run_dir is None or idist.get_rank() != 0:
+        if self.run_dir is None:
             return
         key = {LATEST_PREFIX: "epoch", LATEST_ITER_PREFIX: "iteration", "best": "score"}[kind]
         entries = [e for e in self.run_dir.entries(kind, engine) if getattr(e, key) is not None]
@@ -214,7 +214,7 @@ def save_iteration_checkpoint(trainer, engine):
     if (check is not None and check.check_now(engine)) or trainer._diverged or ends_epoch(engine):
         return None
     saved = trainer._latest_iter.last_checkpoint
-    if saved is None or not str(saved).endswith(f"_{engine.state.iteration}.pt"):
+    if saved is None or not Path(saved).stem.endswith(f"_{engine.state.iteration}"):
         trainer._latest_iter(engine)
     return trainer._latest_iter.last_checkpoint
 
