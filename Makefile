@@ -1,22 +1,45 @@
 # Developer shortcuts; each target runs what its comment says, from the repository root.
-PYTHON ?= python
+#
+# Every target runs in the virtual environment $(VENV), which the first one to need it creates
+# and fills with the README's install; later runs skip that until pyproject.toml changes.
+# VENV=DIR uses another environment (CI passes its fresh one); PYTHON creates it.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+# Inside the environment, so that deleting it also forgets the install.
+INSTALLED := $(VENV)/.gatle-ignite-installed
 
-.PHONY: test test-fast examples docs bench ci
+.PHONY: install train test test-fast examples docs bench ci
 
-test:        ## the whole test suite, as CI runs it
-	$(PYTHON) -m pytest
+install: $(INSTALLED)  ## the set-up only: the environment and the README's install
 
-test-fast:   ## everything but the slow tests (multi-process runs, fault injection, wheels)
-	$(PYTHON) -m pytest -m "not slow"
+train: $(INSTALLED)  ## train the synthetic example again, replacing its previous run
+	$(BIN)/gatle-ignite train --config=examples/synthetic/configs/synthetic_v0.py \
+		--override replace_run=True
 
-examples:    ## full run and checks of every shipped example (several minutes)
-	$(PYTHON) scripts/run_examples.py
+test: $(INSTALLED)  ## the whole test suite, as CI runs it
+	$(BIN)/python -m pytest
 
-docs:        ## the documentation site, strictly (a broken link fails)
-	$(PYTHON) -m mkdocs build --strict
+test-fast: $(INSTALLED)  ## all but the slow tests (multi-process runs, fault injection, wheels)
+	$(BIN)/python -m pytest -m "not slow"
 
-bench:       ## the benchmarks of bench/
-	$(PYTHON) bench/run_all.py
+examples: $(INSTALLED)  ## full run and checks of every shipped example (several minutes)
+	$(BIN)/python scripts/run_examples.py
 
-ci:          ## what CI does: fresh venv, install, lint, tests
+docs: $(INSTALLED)  ## the documentation site, strictly (a broken link fails)
+	$(BIN)/python -m mkdocs build --strict
+
+bench: $(INSTALLED)  ## the benchmarks of bench/
+	$(BIN)/python bench/run_all.py
+
+ci:  ## what CI does: fresh venv, install, lint, tests
 	bash .ci/run
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+
+# The README's install, line for line; the stamp is written only once both succeeded.
+$(INSTALLED): pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install torch==2.13.0
+	$(BIN)/python -m pip install -e ".[dev,examples,all,docs]"
+	touch $@

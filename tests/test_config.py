@@ -155,14 +155,21 @@ def test_override_without_equals_sign():
 
 
 def test_unknown_nested_leaf_names_it_and_adds_nothing():
-    cfg = make_config(optimizer_params={"lr": 1.0, "betas": [0.9, 0.99]})
-    with pytest.raises(ConfigError, match="has no 'lr_rate'") as info:
-        apply_overrides(cfg, ["optimizer_params.lr_rate=1"])
+    # A metric entry is no params mapping: its keys are the framework's, so none is added.
+    cfg = make_config(val_metrics={"acc": {"cls_name": COMPONENTS, "params": {}}})
+    with pytest.raises(ConfigError, match="has no 'cls_nme'") as info:
+        apply_overrides(cfg, ["val_metrics.acc.cls_nme=1"])
     message = str(info.value)
-    assert "optimizer_params.lr_rate" in message
-    assert "'optimizer_params' has no 'lr_rate'" in message
-    assert "['betas', 'lr']" in message
-    assert "lr_rate" not in cfg.optimizer_params
+    assert "val_metrics.acc.cls_nme" in message
+    assert "'val_metrics.acc' has no 'cls_nme'" in message
+    assert "['cls_name', 'params']" in message
+    assert "cls_nme" not in cfg.val_metrics.acc
+
+
+def test_a_new_key_inside_a_params_mapping_is_added():
+    cfg = make_config(optimizer_params={"lr": 1.0, "betas": [0.9, 0.99]})
+    apply_overrides(cfg, ["optimizer_params.lr_rate=1"])
+    assert cfg.optimizer_params.lr_rate == 1 and cfg.optimizer_params.lr == 1.0
 
 
 def test_unknown_intermediate_segment():

@@ -1,16 +1,18 @@
 """Load a config file by path and apply ``--override key=value`` items to it."""
 
 import ast
+import contextlib
 import importlib.util
 import os
 import traceback
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Optional, Union
 
 from ml_collections import config_dict
 
 from gatle_ignite.callbacks.run_record import redact_text, shown_value
 from gatle_ignite.config.base import OPTIONAL_KNOWN
+from gatle_ignite.config.names import HINT_CUTOFF, TYPO_CUTOFF, closest, framework_fields
 from gatle_ignite.dispatch import ConfigError
 
 __all__ = ["apply_overrides", "load_config_from_file"]
@@ -79,12 +81,82 @@ def _is_group(value) -> bool:
     return hasattr(value, "keys") and hasattr(value, "__getitem__")
 
 
-def _unknown_top_level(name: str) -> ConfigError:
+# Keyword arguments handed to a component whole: their keys are the component's, not ours.
+_PARAMS_FIELDS = (
+    "model_params",
+    "auto_model_params",
+    "aug_params",
+    "criterion_params",
+    "optimizer_params",
+    "lr_scheduler_params",
+    "compile_params",
+)
+_WHERE_KEYS_ARE_ADDED = (
+    f"New keys can be added only inside the params mappings ({', '.join(_PARAMS_FIELDS)}, "
+    f"every *_ds_params, and a metric's params)."
+)
+
+
+def _is_metric_params(path: Sequence[str]) -> bool:
+    """Whether ``path`` is ``<field>_metrics.<entry>.params``, one metric's keyword arguments."""
+    return len(path) == 3 and path[0].endswith("_metrics") and path[2] == "params"
+
+
+def _is_params(group_path: Sequence[str]) -> bool:
+    """Whether the group at ``group_path`` lies inside a free-form params mapping."""
+    top = group_path[0]
+    return top in _PARAMS_FIELDS or top.endswith("_ds_params") or _is_metric_params(group_path[:3])
+
+
+def _did_you_mean(*names: Optional[str]) -> str:
+    shown = [repr(name) for name in names if name is not None]
+    return f"; did you mean {' or '.join(shown)}?" if shown else ""
+
+
+def _homes_of(cfg, name: str) -> list[str]:
+    """The dotted keys one group down where ``name`` lives (``lr`` -> ``optimizer_params.lr``)."""
+    return [
+        f"{field}.{name}"
+        for field, value in cfg.items()
+        if _is_group(value) and name in value.keys()
+    ]
+
+
+def _unknown_top_level(cfg, name: str) -> ConfigError:
     if name in OPTIONAL_KNOWN:
         advice = f"'{name}' is optional and this config never set it; set it in get_config() first."
-    else:
-        advice = "Only fields the config already has can be overridden; check the spelling."
-    return ConfigError(f"cannot override unknown config field '{name}'\n  {advice}")
+        return ConfigError(f"cannot override unknown config field '{name}'\n  {advice}")
+    fields = framework_fields() | {field for field in cfg.keys() if isinstance(field, str)}
+    near = closest(name, fields, HINT_CUTOFF)
+    hint = _did_you_mean(near) if near else _did_you_mean(*_homes_of(cfg, name))
+    return ConfigError(
+        f"cannot override unknown config field '{name}'{hint}\n"
+        f"  Only fields the config already has can be overridden; check the spelling."
+    )
+
+
+def _unknown_in_group(key: str, prefix: str, group, name: str) -> ConfigError:
+    """``name`` is missing from the group at ``prefix`` and cannot be added there."""
+    known = sorted(str(field) for field in group.keys())
+    hint = _did_you_mean(closest(name, known, HINT_CUTOFF))
+    return ConfigError(
+        f"cannot override '{key}': '{prefix}' has no '{name}'{hint}"
+        f"\n  Its fields: {known}. {_WHERE_KEYS_ARE_ADDED}"
+    )
+
+
+def _unknown_intermediate(path: Sequence[str], group) -> ConfigError:
+    """The group ``path`` names does not exist; only a whole one can be added, as a value."""
+    parent = ".".join(path[:-1])
+    near = closest(path[-1], [str(name) for name in group.keys()], HINT_CUTOFF)
+    hint = _did_you_mean(f"{parent}.{near}" if near else None)
+    message = f"cannot override unknown config field '{'.'.join(path)}'{hint}"
+    if not _is_params(path[:-1]):
+        return ConfigError(f"{message}\n  {_WHERE_KEYS_ARE_ADDED}")
+    return ConfigError(
+        f"{message}\n  Only the last part of a key is added; to add a group, give it whole: "
+        f'"{".".join(path)}={{...}}".'
+    )
 
 
 def _refused_override(key: str, value, held, error: Exception) -> ConfigError:
@@ -99,41 +171,83 @@ def _refused_override(key: str, value, held, error: Exception) -> ConfigError:
     )
 
 
-def _set_override(cfg, key: str, value) -> None:
-    parts = key.split(".")
+def _group_of(cfg, key: str, parts: Sequence[str]):
+    """The mapping that holds the last part of ``key``; every part before it must exist."""
     container = cfg
     for depth, segment in enumerate(parts[:-1]):
         prefix = ".".join(parts[: depth + 1])
+        if segment not in container and _is_metric_params(parts[: depth + 1]):
+            # A metric entry may leave out its params; a key added to them starts the mapping.
+            _add_key(key, container, segment, {})
         if segment not in container:
             if depth == 0:
-                raise _unknown_top_level(segment)
-            raise ConfigError(f"cannot override unknown config field '{prefix}'")
+                raise _unknown_top_level(cfg, segment)
+            raise _unknown_intermediate(parts[: depth + 1], container)
         container = container[segment]
         if not _is_group(container):
             raise ConfigError(
                 f"cannot override '{key}': '{prefix}' is a {type(container).__name__}, "
                 f"not a group of fields"
             )
-    leaf = parts[-1]
-    if leaf not in container:
-        if len(parts) == 1:
-            raise _unknown_top_level(leaf)
-        parent = ".".join(parts[:-1])
-        known = sorted(str(name) for name in container.keys())
+    return container
+
+
+def _check_new_key(key: str, parts: Sequence[str], group) -> None:
+    """Refuse adding the last part of ``key`` unless it is a params key and no misspelling."""
+    leaf, parent = parts[-1], ".".join(parts[:-1])
+    if not _is_params(parts[:-1]):
+        raise _unknown_in_group(key, parent, group, leaf)
+    if not leaf.isidentifier():
+        raise ConfigError(f"cannot add '{key}': '{leaf}' is not a Python identifier")
+    # A typo must not add a dead key next to the one it meant.
+    near = closest(leaf, [str(name) for name in group.keys()], TYPO_CUTOFF)
+    if near is not None:
         raise ConfigError(
-            f"cannot override '{key}': '{parent}' has no '{leaf}'.\n  Its fields: {known}"
+            f"cannot add '{key}': it looks like a misspelling of '{parent}.{near}'"
+            f"{_did_you_mean(near)}\n"
+            f"  To add a key this close to an existing one, set it in get_config()."
         )
+
+
+def _add_key(key: str, group, leaf: str, value) -> None:
+    unlocked = getattr(group, "unlocked", None)
+    # A locked ConfigDict refuses new keys; the params mapping is free-form, so lift the lock.
+    with unlocked() if unlocked is not None else contextlib.nullcontext():
+        try:
+            group[leaf] = value
+        except (TypeError, ValueError) as error:
+            raise ConfigError(
+                f"cannot add '{key}' with {shown_value(key, value)}: {redact_text(str(error))}"
+            ) from None
+
+
+def _set_override(cfg, key: str, value) -> None:
+    parts = key.split(".")
+    if len(parts) > 1 and not all(parts):
+        raise ConfigError(f"override key '{key}' has an empty part")
+    group = _group_of(cfg, key, parts)
+    leaf = parts[-1]
+    if leaf not in group:
+        if len(parts) == 1:
+            raise _unknown_top_level(cfg, leaf)
+        _check_new_key(key, parts, group)
+        _add_key(key, group, leaf, value)
+        return
     try:
-        container[leaf] = value
+        group[leaf] = value
     except (TypeError, ValueError) as error:
         # Not chained: ml_collections' message on a type quotes the value, a secret perhaps.
-        raise _refused_override(key, value, container[leaf], error) from None
+        raise _refused_override(key, value, group[leaf], error) from None
 
 
 def apply_overrides(
     cfg: config_dict.ConfigDict, overrides: Optional[Iterable[str]]
 ) -> config_dict.ConfigDict:
-    """Apply ``key=value`` items to ``cfg`` in place; only existing keys can be set."""
+    """Apply ``key=value`` items to ``cfg`` in place.
+
+    Only existing fields can be set, except that a params mapping (``optimizer_params``, every
+    ``*_ds_params``, a metric's ``params``, ...) takes new keys: they are the component's own.
+    """
     for item in overrides or ():
         if "=" not in item:
             raise ConfigError(f"override '{item}' is not of the form key=value")

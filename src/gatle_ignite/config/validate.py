@@ -8,6 +8,7 @@ from ml_collections import config_dict
 from gatle_ignite import dispatch
 from gatle_ignite.callbacks.logging import BUILTIN_BACKENDS, NOT_A_BACKEND
 from gatle_ignite.config.base import REQUIRED_FIELDS
+from gatle_ignite.config.names import misspelt_fields
 from gatle_ignite.config.values import check_values
 from gatle_ignite.dispatch import ConfigError
 from gatle_ignite.enhancements.compile import check_compile_value
@@ -17,6 +18,19 @@ __all__ = ["check_dispatch", "validate_config"]
 
 _METRIC_FIELDS = ("train_metrics", "val_metrics", "tester_metrics")
 _DS_PARAMS_FIELDS = ("train_ds_params", "valid_ds_params", "test_ds_params")
+
+
+def _check_field_names(cfg, specs: tuple[EngineSpec, ...]) -> None:
+    misspelt = misspelt_fields(cfg, specs)
+    if not misspelt:
+        return
+    listed = "\n".join(f"  - {name!r}: did you mean {field!r}?" for name, field in misspelt)
+    raise ConfigError(
+        f"{len(misspelt)} config field(s) look like misspelt framework fields, which the "
+        f"framework would never read:\n{listed}\n"
+        f"  Correct the name in get_config(). A field of your own must not resemble a framework "
+        f"field: rename it (a prefix of your project's, for example)."
+    )
 
 
 def _check_required(cfg) -> None:
@@ -74,7 +88,9 @@ def _warn_about_scoring(cfg, spec: EngineSpec) -> None:
 def validate_config(
     cfg: config_dict.ConfigDict, specs: Iterable[EngineSpec] = EVAL_SPECS
 ) -> config_dict.ConfigDict:
-    """Refuse missing required fields and bad values; warn about scores that can never be kept."""
+    """Refuse misspelt and missing fields and bad values; warn about scores never kept."""
+    specs = tuple(specs)
+    _check_field_names(cfg, specs)
     _check_required(cfg)
     _check_n_saved(cfg)
     check_compile_value(cfg)

@@ -1,0 +1,108 @@
+"""The README's quick start: `make train` and `make test` set up their environment only when
+needed, install exactly what the README says, and CI runs the same test command.
+
+Checked with `make -n`, which prints the commands a target would run without running any, on a
+stand-in environment directory: nothing is installed here."""
+
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT
+
+pytestmark = pytest.mark.skipif(shutil.which("make") is None, reason="needs make")
+
+README = (ROOT / "README.md").read_text()
+TRAIN = (
+    "gatle-ignite train --config=examples/synthetic/configs/synthetic_v0.py "
+    "--override replace_run=True"
+)
+# Each target and the command it runs once the environment is set up.
+RUNS = [("train", TRAIN), ("test", "python -m pytest")]
+
+
+def _readme_install_lines() -> list[str]:
+    """The pip lines of the README's manual install, in order."""
+    block = README.split("## Quick start", 1)[1].split("## Install", 1)[0]
+    return [
+        line.split("#")[0].strip()
+        for line in block.splitlines()
+        if line.lstrip().startswith("pip install")
+    ]
+
+
+def _dry_run(target: str, venv: Path) -> list[str]:
+    """The commands ``make <target>`` would run with ``VENV=venv``, one per line."""
+    done = subprocess.run(
+        ["make", "--no-print-directory", "-n", target, f"VENV={venv}"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    # A recipe line continued with a backslash is one command.
+    return done.stdout.replace("\\\n", " ").splitlines()
+
+
+def _environment(tmp_path, installed_after_pyproject: bool) -> Path:
+    """A stand-in environment with an install stamp newer or older than pyproject.toml."""
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "python").touch()
+    stamp = venv / ".gatle-ignite-installed"
+    stamp.touch()
+    pyproject = (ROOT / "pyproject.toml").stat().st_mtime
+    offset = 60 if installed_after_pyproject else -60
+    os.utime(stamp, (pyproject + offset, pyproject + offset))
+    return venv
+
+
+def _squeeze(command: str) -> str:
+    return re.sub(r"\s+", " ", command).strip()
+
+
+@pytest.mark.parametrize(("target", "command"), RUNS)
+def test_a_set_up_environment_is_not_installed_again(tmp_path, target, command):
+    commands = [_squeeze(c) for c in _dry_run(target, _environment(tmp_path, True))]
+    assert len(commands) == 1 and commands[0].endswith(command)
+    assert not any("pip install" in c or "-m venv" in c for c in commands)
+
+
+@pytest.mark.parametrize(("target", "command"), RUNS)
+def test_a_changed_pyproject_installs_again_before_running(tmp_path, target, command):
+    venv = _environment(tmp_path, installed_after_pyproject=False)
+    commands = [_squeeze(c) for c in _dry_run(target, venv)]
+    installs = [c.split(" -m ", 1)[1] for c in commands if " -m pip install" in c]
+    assert installs == _readme_install_lines()
+    assert commands[-2] == f"touch {venv}/.gatle-ignite-installed"
+    assert commands[-1].endswith(command)
+    assert not any("-m venv" in c for c in commands)
+
+
+def test_a_missing_environment_is_created_first(tmp_path):
+    venv = tmp_path / "fresh"
+    commands = [_squeeze(c) for c in _dry_run("train", venv)]
+    assert commands[0].endswith(f"-m venv {venv}")
+    assert sum(" -m pip install" in c for c in commands) == 2
+    assert commands[-1].endswith(TRAIN)
+
+
+def test_the_readme_states_the_install_the_makefile_runs():
+    assert _readme_install_lines() == [
+        "pip install torch==2.13.0",
+        'pip install -e ".[dev,examples,all,docs]"',
+    ]
+    quick_start = README.split("## Quick start", 1)[1].split("## Install", 1)[0]
+    assert "make train" in quick_start and "make test" in quick_start
+
+
+def test_ci_sets_up_and_tests_through_the_same_targets():
+    script = (ROOT / ".ci" / "run").read_text()
+    assert 'make install VENV="$VENV"' in script
+    assert 'make test VENV="$VENV"' in script
+    assert "mktemp -d" in script  # a fresh environment each run
