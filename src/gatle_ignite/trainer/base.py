@@ -35,22 +35,19 @@ from gatle_ignite.trainer.handlers import (
     NonFiniteCheck,
     PreemptionStop,
     ProgressLines,
+    attach_bars,
     check_every,
     clear_state,
     empty_cuda_cache,
     save_and_log_cadences,
 )
+from gatle_ignite.trainer.lifecycle import recorded_run, settle_writes
 from gatle_ignite.trainer.preemption import REQUEST as PREEMPTION
-from gatle_ignite.trainer.preemption import Preempted, preemption_signals, shield_workers
+from gatle_ignite.trainer.preemption import preemption_signals, shield_workers
 from gatle_ignite.trainer.strategy import distribute, gradient_sync, strategy_of
 from gatle_ignite.utils.amp import autocast_device_type, resolve_amp_dtype
 from gatle_ignite.utils.dist import quiet_ignite_loggers, rank_zero_print
 from gatle_ignite.utils.seed import setup_seed
-
-try:
-    from ignite.handlers.tqdm_logger import ProgressBar
-except ImportError:  # ignite 0.4.x
-    from ignite.contrib.handlers import ProgressBar
 
 __all__ = ["BaseTrainer"]
 
@@ -337,38 +334,13 @@ class BaseTrainer:
         if plan.action == "nothing":
             rank_zero_print(plan.message)
             return self
-        try:
+        with recorded_run(self):
             data = self._prepare_fit()
             with preemption_signals(on_request=self._preemption.on_signal):
                 self.engines["trainer"].run(
                     data, max_epochs=self.cfg.max_epochs, epoch_length=self.cfg.train_length
                 )
-        except BaseException as error:
-            # Mark the run failed (a crash in setup too, once backends exist), or the loggers
-            # record it as a clean finish; the run directory records how it ended.
-            try:
-                self._settle_writes(quietly=True)
-                self.teardown(failed=True)
-            finally:
-                self.run_dir.close(*_interrupted(error), trainer=self.engines.get("trainer"))
-            raise
-        try:
-            self._settle_writes()
-            self.teardown()
-        finally:
-            self.run_dir.close(*self._how_it_ended(), trainer=self.engines["trainer"])
         return self
-
-    def _settle_writes(self, quietly: bool = False) -> None:
-        """Wait for a checkpoint still being written in the background (``async_save``)."""
-        if self._writes is None:
-            return
-        try:
-            self._writes.wait()
-        except Exception as error:
-            if not quietly:
-                raise
-            warnings.warn(f"the last checkpoint write failed: {error!r}", stacklevel=2)
 
     def _open_run(self):
         """Open the run directory once (lock, checks, resume choice); returns its plan."""
@@ -376,20 +348,6 @@ class BaseTrainer:
             self.run_dir = RunDirectory(self.cfg)
             self.run_dir.open()
         return self.run_dir.plan
-
-    def _how_it_ended(self) -> tuple:
-        """``(state, reason)`` of a run whose engine returned, for the run's manifest."""
-        state = self.engines["trainer"].state
-        if self._nan_check is not None and self._nan_check.stopped:
-            return "diverged", f"non-finite loss at iteration {self._nan_check.first_bad}"
-        if self._diverged:
-            return "diverged", f"non-finite score at epoch {state.epoch}"
-        for stopper in self._early_stoppers.values():
-            if stopper.stopped:
-                return "early-stopped", stopper.reason()
-        if state.epoch < self.cfg.max_epochs:
-            return "completed", f"terminated at epoch {state.epoch}"
-        return "completed", ""
 
     def _prepare_fit(self):
         """Build, load, and attach every handler of a training run; returns the data to run."""
@@ -404,7 +362,7 @@ class BaseTrainer:
             idist.get_world_size(),
             save_iteration=lambda engine: save_iteration_checkpoint(self, engine),
             saved_epoch=lambda: self._latest.last_checkpoint if self._latest else None,
-            settle=self._settle_writes,
+            settle=lambda: settle_writes(self),
         )
         self._preemption.attach(trainer)
         self.attach_progress()
@@ -661,7 +619,7 @@ class BaseTrainer:
         loss = (lambda: self._nan_check.last_loss) if self._nan_check is not None else None
         if "pbar" in cfg.logger_name:
             if idist.get_rank() == 0:
-                _attach_bars(trainer, engines, loss)
+                attach_bars(trainer, engines, loss)
         elif idist.get_rank() == 0 and cfg.get("verbosity", 1) >= 1:
             every = max((cfg.train_length or len(self.dls["train"])) // 10, 1)
             ProgressLines(
@@ -701,31 +659,3 @@ class BaseTrainer:
             except TypeError:
                 return True  # an iterable dataset: its length is unknown
         return not isinstance(spec.progress_every, int) or length >= spec.progress_every
-
-
-# ignite's default bar, with tqdm's rate added.
-_BAR = (
-    "{desc}[{n_fmt}/{total_fmt}] {percentage:3.0f}%|{bar}{postfix} "
-    "[{elapsed}<{remaining}, {rate_fmt}]"
-)
-
-
-def _attach_bars(trainer, engines, loss) -> None:
-    """tqdm bars: the trainer's shows the last loss read; tqdm shows it/s by itself."""
-    for engine in engines:
-        shown = None
-        if engine is trainer and loss is not None:
-
-            def shown(_output):
-                last = loss()
-                return {"loss": last[1]} if last is not None else {}
-
-        ProgressBar(persist=False, bar_format=_BAR).attach(engine, output_transform=shown)
-
-
-def _interrupted(error) -> tuple:
-    """``(state, reason)`` of a run that raised ``error``."""
-    first_line = next(iter(str(error).splitlines()), "")
-    if isinstance(error, Preempted):
-        return "preempted", first_line
-    return "failed", f"{type(error).__name__}: {first_line}"

@@ -18,6 +18,11 @@ import torch
 from ignite.engine import Events
 from ignite.metrics import Average
 
+try:
+    from ignite.handlers.tqdm_logger import ProgressBar
+except ImportError:  # ignite 0.4.x
+    from ignite.contrib.handlers import ProgressBar
+
 from gatle_ignite.trainer.preemption import REQUEST as PREEMPTION
 from gatle_ignite.trainer.preemption import Preempted, signal_name
 
@@ -27,6 +32,7 @@ __all__ = [
     "NonFiniteCheck",
     "PreemptionStop",
     "ProgressLines",
+    "attach_bars",
     "check_every",
     "clear_state",
     "empty_cuda_cache",
@@ -378,3 +384,23 @@ def ends_epoch(engine) -> bool:
     """Whether the engine's current iteration is its epoch's last."""
     length = engine.state.epoch_length
     return bool(length) and engine.state.iteration % length == 0
+
+
+# ignite's default bar, with tqdm's rate added.
+_BAR = (
+    "{desc}[{n_fmt}/{total_fmt}] {percentage:3.0f}%|{bar}{postfix} "
+    "[{elapsed}<{remaining}, {rate_fmt}]"
+)
+
+
+def attach_bars(trainer, engines, loss) -> None:
+    """tqdm bars: the trainer's shows the last loss read; tqdm shows it/s by itself."""
+    for engine in engines:
+        shown = None
+        if engine is trainer and loss is not None:
+
+            def shown(_output):
+                last = loss()
+                return {"loss": last[1]} if last is not None else {}
+
+        ProgressBar(persist=False, bar_format=_BAR).attach(engine, output_transform=shown)
