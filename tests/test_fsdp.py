@@ -34,6 +34,8 @@ FSDP = {
     "model_params": {"dropout": 0.3},
     "train_ds_params": {"n": 64, "bs": 16, "shuffle": True},
     "lr_scheduler": "gatle_ignite.schedulers.warmup_cosine",
+    # Clipping on the shards must use the whole model's norm, as under DDP.
+    "grad_clip_norm": 0.5,
 }
 
 
@@ -229,3 +231,14 @@ def test_a_kill_mid_sharded_save_leaves_the_previous_checkpoint_loadable(
     assert "RESUMING FROM" in out
     assert not [p for p in save_dir.iterdir() if ".partial-" in p.name]
     assert _identical(uninterrupted, _weights(save_dir))
+
+
+def test_a_compiled_sharded_run_trains_and_evaluates_like_an_eager_one(tmp_path):
+    eager = _config(tmp_path, "eager", max_epochs=1, model_params={})
+    compiled = _config(tmp_path, "compiled", max_epochs=1, model_params={}, compile=True)
+    _cli("train", eager)
+    _cli("train", compiled)
+    weights = [_weights(tmp_path / name) for name in ("eager", "compiled")]
+    assert all(torch.allclose(weights[0][k], weights[1][k], atol=1e-5) for k in weights[0])
+    latest = tmp_path / "compiled" / "latest_epoch_checkpoint_1.dcp"
+    assert _eval_acc(eager, latest, TWO) == _eval_acc(compiled, latest, ONE)
