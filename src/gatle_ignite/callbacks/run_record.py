@@ -11,6 +11,7 @@ from pathlib import Path
 
 from ml_collections import config_dict
 
+from gatle_ignite.run.identity import flatten
 from gatle_ignite.run.layout import CONFIG_FILE
 from gatle_ignite.run.manifest import write_atomically
 
@@ -120,14 +121,10 @@ def redacted_config_text(cfg) -> str:
 
 def flat_params(payload: dict, prefix: str = "") -> dict:
     """``{"a.b": "<value>"}`` strings for every leaf of a payload, for param-style sinks."""
-    flat = {}
-    for key, value in payload.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, dict) and value:
-            flat.update(flat_params(value, prefix=f"{name}."))
-        else:
-            flat[name] = value if isinstance(value, str) else json.dumps(value)
-    return flat
+    return {
+        name: value if isinstance(value, str) else json.dumps(value)
+        for name, value in flatten(payload, prefix).items()
+    }
 
 
 def write_config_json(cfg) -> str:

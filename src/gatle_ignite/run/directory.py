@@ -28,13 +28,14 @@ from gatle_ignite.run.layout import (
     LATEST_PREFIX,
     MANIFEST_FILE,
     OWNED_LOGS,
+    Entry,
     checkpoint_files,
     is_staging,
     parse_checkpoint_name,
 )
 from gatle_ignite.run.loading import UnreadableCheckpoint, load_checkpoint_file, read_progress
 from gatle_ignite.run.lock import RunLock
-from gatle_ignite.run.manifest import Entry, Manifest
+from gatle_ignite.run.manifest import Manifest
 from gatle_ignite.utils.dist import rank_zero_print
 
 __all__ = [
@@ -63,16 +64,11 @@ class Plan:
 
 def entry_for(path: Path, progress: Optional[tuple] = None) -> Entry:
     """An index entry for a checkpoint on disk, from its name and, when given, its progress."""
-    name = parse_checkpoint_name(path.name)
-    epoch, iteration = progress if progress is not None else (name.epoch, name.iteration)
-    return Entry(
-        file=path.name,
-        kind=name.kind,
-        epoch=epoch if epoch is not None else name.epoch,
-        iteration=iteration if iteration is not None else name.iteration,
-        engine=name.engine,
-        score=name.score,
-    )
+    entry = parse_checkpoint_name(path.name)
+    epoch, iteration = progress if progress is not None else (None, None)
+    entry.epoch = epoch if epoch is not None else entry.epoch
+    entry.iteration = iteration if iteration is not None else entry.iteration
+    return entry
 
 
 def _adopted(path: Path) -> Entry:

@@ -18,7 +18,7 @@ __all__ = [
     "LOCK_FILE",
     "MANIFEST_FILE",
     "OWNED_LOGS",
-    "CheckpointName",
+    "Entry",
     "best_prefix_for",
     "checkpoint_files",
     "find_best_checkpoint",
@@ -62,14 +62,17 @@ def best_prefix_for(prefix: str = "") -> str:
     return prefix + BEST_SUFFIX
 
 
-@dataclass(frozen=True)
-class CheckpointName:
-    """What a checkpoint's file name says: its kind, and the epoch or iteration it was written at.
+@dataclass
+class Entry:
+    """One checkpoint: what its name says, and what the run's index adds.
 
     ``kind`` is ``latest_epoch``, ``latest_iter`` or ``best``; ``engine`` is a best file's engine
-    type (``valid``), empty for a 0.4-style ``best_result_*`` name.
+    type (``valid``), empty for a 0.4-style ``best_result_*`` name. ``epoch`` is the trainer's
+    epoch when it was written (the epoch in progress, for a mid-epoch file) and ``iteration``
+    its global iteration.
     """
 
+    file: str
     kind: str
     epoch: Optional[int] = None
     iteration: Optional[int] = None
@@ -80,18 +83,27 @@ class CheckpointName:
     def resumable(self) -> bool:
         return self.kind in (LATEST_PREFIX, LATEST_ITER_PREFIX)
 
+    def progress_key(self) -> tuple:
+        """Orders entries by training progress; at one iteration an epoch's end file comes
+        last, since it also holds what that epoch's evaluation changed."""
+        return (self.iteration if self.iteration is not None else -1, self.kind == LATEST_PREFIX)
 
-def parse_checkpoint_name(name: str) -> Optional[CheckpointName]:
+
+def parse_checkpoint_name(name: str) -> Optional[Entry]:
     """The checkpoint a file name describes, or None when it is not one of the framework's."""
     match = _NAME.match(name)
     if match is None:
         return None
     if match["latest"] == LATEST_PREFIX:
-        return CheckpointName(LATEST_PREFIX, epoch=int(match["step"]))
+        return Entry(name, LATEST_PREFIX, epoch=int(match["step"]))
     if match["latest"] == LATEST_ITER_PREFIX:
-        return CheckpointName(LATEST_ITER_PREFIX, iteration=int(match["step"]))
-    return CheckpointName(
-        "best", epoch=int(match["epoch"]), engine=match["engine"], score=float(match["score"])
+        return Entry(name, LATEST_ITER_PREFIX, iteration=int(match["step"]))
+    return Entry(
+        name,
+        "best",
+        epoch=int(match["epoch"]),
+        engine=match["engine"],
+        score=float(match["score"]),
     )
 
 

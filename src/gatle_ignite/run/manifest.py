@@ -14,7 +14,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Optional
 
-from gatle_ignite.run.layout import LATEST_ITER_PREFIX, LATEST_PREFIX, MANIFEST_FILE, staging_path
+from gatle_ignite.run.layout import MANIFEST_FILE, Entry, staging_path
 
 __all__ = ["STATES", "Entry", "Manifest", "write_atomically"]
 
@@ -35,28 +35,6 @@ def write_atomically(path: Path, text: str) -> None:
         handle.flush()
         os.fsync(handle.fileno())
     os.replace(staging, path)
-
-
-@dataclass
-class Entry:
-    """One checkpoint of the index. ``epoch`` is the trainer's epoch when it was written (the
-    epoch in progress, for a mid-epoch file) and ``iteration`` its global iteration."""
-
-    file: str
-    kind: str
-    epoch: Optional[int] = None
-    iteration: Optional[int] = None
-    engine: str = ""
-    score: Optional[float] = None
-
-    @property
-    def resumable(self) -> bool:
-        return self.kind in (LATEST_PREFIX, LATEST_ITER_PREFIX)
-
-    def progress_key(self) -> tuple:
-        """Orders entries by training progress; at one iteration an epoch's end file comes
-        last, since it also holds what that epoch's evaluation changed."""
-        return (self.iteration if self.iteration is not None else -1, self.kind == LATEST_PREFIX)
 
 
 @dataclass
