@@ -15,6 +15,17 @@ if str(ROOT) not in sys.path:
 from tests.toy.config import toy_config  # noqa: E402, F401  (re-exported for tests)
 
 
+def child_env(**extra) -> dict:
+    """The environment for a `gatle-ignite` child process: no world inherited from a launcher
+    or SLURM, unbuffered output, plus ``extra``."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "TORCHELASTIC"))}
+    for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_PORT"):
+        env.pop(key, None)
+    env["PYTHONUNBUFFERED"] = "1"
+    env.update(extra)
+    return env
+
+
 @pytest.fixture
 def make_cfg(tmp_path):
     def make(**fields):

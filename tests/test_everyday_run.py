@@ -5,24 +5,19 @@ import csv
 import re
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
 from gatle_ignite.cli.main import main
 from tests.conftest import ROOT
+from tests.toy.config_file import write_toy_config
 
 BASE = {"train_ds_params": {"n": 64, "bs": 16, "shuffle": True, "seed": 0}, "max_epochs": 2}
 
 
-def _config(tmp_path, trainer="tests.toy.trainer", **fields) -> Path:
+def _config(tmp_path, trainer="tests.toy.trainer", **fields) -> str:
     fields = {**BASE, "save_dir": str(tmp_path / "run"), "main_runner": trainer, **fields}
-    path = tmp_path / "cfg.py"
-    path.write_text(
-        "from tests.toy.config import toy_config\n\n\n"
-        f"def get_config():\n    return toy_config(**{fields!r})\n"
-    )
-    return path
+    return write_toy_config(tmp_path / "cfg.py", **fields)
 
 
 @pytest.fixture

@@ -18,7 +18,8 @@ import torch
 
 from gatle_ignite.run.loading import load_checkpoint_file
 from gatle_ignite.run.sharded import ShardedCheckpoint
-from tests.conftest import ROOT
+from tests.conftest import ROOT, child_env
+from tests.toy.config_file import write_toy_config
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
@@ -39,22 +40,9 @@ FSDP = {
 }
 
 
-def _config(tmp_path, name, **fields) -> Path:
+def _config(tmp_path, name, **fields) -> str:
     fields = {**FSDP, "save_dir": str(tmp_path / name), **fields}
-    path = tmp_path / f"{name}.py"
-    path.write_text(
-        "from tests.toy.config import toy_config\n\n\n"
-        f"def get_config():\n    return toy_config(**{fields!r})\n"
-    )
-    return path
-
-
-def _env():
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "TORCHELASTIC"))}
-    for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_PORT"):
-        env.pop(key, None)
-    env["PYTHONUNBUFFERED"] = "1"
-    return env
+    return write_toy_config(tmp_path / f"{name}.py", **fields)
 
 
 def _args(command, config, overrides):
@@ -70,7 +58,7 @@ def _cli(command, config, *overrides, topology=TWO, extra=()):
         capture_output=True,
         text=True,
         timeout=TIMEOUT,
-        env=_env(),
+        env=child_env(),
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     return done.stdout
@@ -83,7 +71,7 @@ def _start(config, *overrides, topology=TWO):
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
-        env=_env(),
+        env=child_env(),
         start_new_session=True,
     )
 
@@ -194,7 +182,7 @@ def test_eval_and_consolidate_give_the_sharded_metrics_at_any_world_size(tmp_pat
         [sys.executable, "-m", "gatle_ignite", "consolidate", str(best), str(consolidated)],
         cwd=ROOT,
         check=True,
-        env=_env(),
+        env=child_env(),
         capture_output=True,
     )
     state = torch.load(consolidated, weights_only=True)

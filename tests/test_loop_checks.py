@@ -15,7 +15,8 @@ import torch
 from ignite.engine import Events
 
 from gatle_ignite.trainer.preemption import EXIT_PREEMPTED, Preempted
-from tests.conftest import ROOT
+from tests.conftest import ROOT, child_env
+from tests.toy.config_file import write_toy_config
 from tests.toy.trainer import Trainer
 
 NAN_FROM_6 = {
@@ -204,14 +205,7 @@ def _two_ranks(tmp_path, **fields):
         "train_ds_params": {"n": 256, "bs": 16, "shuffle": True},
         **fields,
     }
-    config = tmp_path / "cfg.py"
-    config.write_text(
-        "from tests.toy.config import toy_config\n\n\n"
-        f"def get_config():\n    return toy_config(**{fields!r})\n"
-    )
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "TORCHELASTIC"))}
-    for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_PORT"):
-        env.pop(key, None)
+    config = write_toy_config(tmp_path / "cfg.py", **fields)
     return subprocess.run(
         [sys.executable, "-m", "gatle_ignite", "train", f"--config={config}"]
         + ["--override=nproc_per_node=2", *GLOO],
@@ -219,7 +213,7 @@ def _two_ranks(tmp_path, **fields):
         capture_output=True,
         text=True,
         timeout=240,
-        env=env,
+        env=child_env(),
     )
 
 

@@ -19,20 +19,16 @@ import torch
 
 from gatle_ignite.cli.main import main
 from gatle_ignite.run.layout import MANIFEST_FILE, checkpoint_files
-from tests.conftest import ROOT
+from tests.conftest import ROOT, child_env
+from tests.toy.config_file import write_toy_config
 
 BASE = {"train_ds_params": {"n": 32, "bs": 16, "shuffle": True, "seed": 0}, "max_epochs": 2}
 
 
-def _config(tmp_path, stem="toy", **fields) -> Path:
+def _config(tmp_path, stem="toy", **fields) -> str:
     """A config file for the toy task, its save_dir in tmp_path/<stem>."""
     fields = {**BASE, "save_dir": str(tmp_path / stem), **fields}
-    path = tmp_path / f"{stem}.py"
-    path.write_text(
-        "from tests.toy.config import toy_config\n\n\n"
-        f"def get_config():\n    return toy_config(**{fields!r})\n"
-    )
-    return path
+    return write_toy_config(tmp_path / f"{stem}.py", **fields)
 
 
 @pytest.fixture
@@ -297,18 +293,12 @@ def test_an_accepted_learning_rate_refits_the_schedule_at_the_runs_position(tmp_
 # ---- one process per save_dir ----
 
 
-def _env():
-    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
-    env["PYTHONUNBUFFERED"] = "1"
-    return env
-
-
 def _popen(config, *overrides):
     return subprocess.Popen(
         [sys.executable, "-m", "gatle_ignite", "train", f"--config={config}"]
         + [f"--override={o}" for o in overrides],
         cwd=ROOT,
-        env=_env(),
+        env=child_env(),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -534,7 +524,7 @@ def _cli_process(config, *overrides):
         [sys.executable, "-m", "gatle_ignite", "train", f"--config={config}"]
         + [f"--override={o}" for o in (*GLOO, *overrides)],
         cwd=ROOT,
-        env=_env(),
+        env=child_env(),
         capture_output=True,
         text=True,
         timeout=240,

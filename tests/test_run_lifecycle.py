@@ -23,7 +23,8 @@ from hypothesis import strategies as st
 
 from gatle_ignite.cli.main import main
 from gatle_ignite.run.layout import MANIFEST_FILE, checkpoint_files
-from tests.conftest import ROOT
+from tests.conftest import ROOT, child_env
+from tests.toy.config_file import write_toy_config
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
@@ -37,14 +38,8 @@ FIELDS = {
 STEPS = ("train", "kill", "damage", "eval")
 
 
-def _config(directory: Path) -> Path:
-    fields = {**FIELDS, "save_dir": str(directory / "run")}
-    path = directory / "life.py"
-    path.write_text(
-        "from tests.toy.config import toy_config\n\n\n"
-        f"def get_config():\n    return toy_config(**{fields!r})\n"
-    )
-    return path
+def _config(directory: Path) -> str:
+    return write_toy_config(directory / "life.py", **FIELDS, save_dir=str(directory / "run"))
 
 
 def _cli(*args) -> int:
@@ -87,13 +82,11 @@ def _train(config: Path) -> int:
 
 
 def _kill(config: Path, after_lines: int) -> None:
-    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
-    env["PYTHONUNBUFFERED"] = "1"
     process = subprocess.Popen(
         [sys.executable, "-m", "gatle_ignite", "train", f"--config={config}"]
         + ["--override=resume=True"],
         cwd=ROOT,
-        env=env,
+        env=child_env(),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
