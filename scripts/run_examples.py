@@ -59,6 +59,7 @@ STEPS = {
         _check("translation", "checks"),
     ],
     "templates": [_train("templates"), _check("templates", "checks")],
+    "sharded_lm": [_train("sharded_lm"), _check("sharded_lm", "checks")],
 }
 
 
