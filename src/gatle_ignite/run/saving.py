@@ -36,26 +36,41 @@ def save_atomically(obj, path: Path) -> None:
     os.replace(staging, path)
 
 
-def host_copy(value):
-    """``value`` with every tensor copied to host memory, so training may change the original."""
+def host_copy(value, into=None):
+    """``value`` with every tensor copied to host memory, so training may change the original.
+
+    Where ``into`` (an earlier copy of the same structure) has a tensor of the same shape and
+    dtype, the values are copied into it: allocating fresh host memory is most of a copy's cost.
+    """
     if isinstance(value, torch.Tensor):
+        reusable = isinstance(into, torch.Tensor) and into.shape == value.shape
+        if reusable and into.dtype == value.dtype and into.device.type == "cpu":
+            return into.copy_(value.detach())
         return value.detach().to("cpu", copy=True)
     if isinstance(value, dict):
-        return {key: host_copy(item) for key, item in value.items()}
+        into = into if isinstance(into, dict) else {}
+        return {key: host_copy(item, into.get(key)) for key, item in value.items()}
     if isinstance(value, (list, tuple)):
-        return type(value)(host_copy(item) for item in value)
+        into = into if isinstance(into, type(value)) and len(into) == len(value) else ()
+        return type(value)(
+            host_copy(item, into[i] if into else None) for i, item in enumerate(value)
+        )
     return value
 
 
 class BackgroundWrites:
     """Checkpoint writes run one at a time in a thread; ``wait`` for the pending one.
 
-    An error in a write is raised by the next ``wait``, in the training thread.
+    An error in a write is raised by the next ``wait``, in the training thread. Since one write
+    runs at a time, the host memory a write was staged in is free again for the next one:
+    ``host_buffers`` (single files) and ``sharded_writer`` (DCP, which caches its own) keep it.
     """
 
     def __init__(self):
         self._thread: Optional[threading.Thread] = None
         self._error: Optional[BaseException] = None
+        self.host_buffers = None
+        self.sharded_writer = None
 
     def submit(self, job: Callable) -> None:
         self.wait()
@@ -139,12 +154,16 @@ class RunSaver(DiskSaver):
 
     def _save_file(self, checkpoint, path: Path) -> Callable:
         state = snapshot(checkpoint)
+        if self._last_write.link_if_same(state, path):
+            # The state on disk already (the best file of this epoch): a link, no copy.
+            self._last_write.remember(path, state)
+            return lambda: None
         if self._writes is not None:
-            checkpoint = host_copy(checkpoint)
+            checkpoint = host_copy(checkpoint, self._writes.host_buffers)
+            self._writes.host_buffers = checkpoint
 
         def finish() -> None:
-            if not self._last_write.link_if_same(state, path):
-                save_atomically(checkpoint, path)
+            save_atomically(checkpoint, path)
             self._last_write.remember(path, state)
 
         return finish
@@ -152,9 +171,7 @@ class RunSaver(DiskSaver):
     def _save_sharded(self, checkpoint, path: Path) -> Callable:
         from gatle_ignite.run.sharded import finish_sharded, save_sharded
 
-        future = save_sharded(
-            checkpoint, path, self._process_group, asynchronous=self._writes is not None
-        )
+        future = save_sharded(checkpoint, path, self._process_group, writes=self._writes)
 
         def finish() -> None:
             if future is not None:

@@ -12,7 +12,6 @@ own metadata classes, and the second with ``weights_only=True``, so a ``.dcp`` d
 more run code on load than a ``.pt`` file can.
 """
 
-import contextlib
 import os
 import pickle
 import shutil
@@ -22,13 +21,20 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
-from torch.distributed.checkpoint import FileSystemReader
+from torch.distributed.checkpoint import FileSystemReader, FileSystemWriter
 from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
 from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 
 from gatle_ignite.run.layout import staging_path
 
 __all__ = ["ShardedCheckpoint", "finish_sharded", "save_sharded", "staging_for"]
+
+# DCP warns whenever it runs without a process group; one process is what is meant then. A
+# filter, not a catch_warnings block, which would reset the once-per-place memory of every
+# other warning.
+warnings.filterwarnings(
+    "ignore", message="torch.distributed is disabled", module="torch.distributed.checkpoint"
+)
 
 # What a DCP .metadata file may name: DCP's own dataclasses and the torch and pathlib types they
 # hold. Anything else in it is refused, as a .pt holding pickled objects is.
@@ -124,14 +130,6 @@ def _merged(saved, live):
     return saved
 
 
-@contextlib.contextmanager
-def _single_process_is_meant():
-    """DCP warns when it runs without a process group; one process is what is meant here."""
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message="torch.distributed is disabled")
-        yield
-
-
 def _distributed() -> bool:
     return dist.is_available() and dist.is_initialized()
 
@@ -141,11 +139,12 @@ def staging_for(path: Path) -> Path:
     return staging_path(path, "dcp")
 
 
-def save_sharded(state: dict, path: Path, process_group=None, asynchronous: bool = False):
+def save_sharded(state: dict, path: Path, process_group=None, writes=None):
     """Write ``state`` as the DCP directory ``path``, through its staging directory.
 
-    Every rank calls it. Returns ``None`` once written, or with ``asynchronous`` DCP's future
-    once the state is staged in host memory; call :func:`finish_sharded` after either.
+    Every rank calls it. Returns ``None`` once written, or, given the run's background
+    ``writes``, DCP's future once the state is staged in host memory; call
+    :func:`finish_sharded` after either.
     """
     staging = staging_for(path)
     distributed = _distributed()
@@ -154,11 +153,15 @@ def save_sharded(state: dict, path: Path, process_group=None, asynchronous: bool
     if distributed:
         dist.barrier()
     options = {"checkpoint_id": staging, "process_group": process_group, "no_dist": not distributed}
-    with _single_process_is_meant():
-        if asynchronous:
-            return dcp.async_save(state, **options)
+    if writes is None:
         dcp.save(state, **options)
-    return None
+        return None
+    if writes.sharded_writer is None:
+        # One writer for the run: on a GPU it keeps the pinned host memory it stages into
+        # between saves (pinning needs an accelerator).
+        cache = torch.cuda.is_available()
+        writes.sharded_writer = FileSystemWriter(staging, cache_staged_state_dict=cache)
+    return dcp.async_save(state, storage_writer=writes.sharded_writer, **options)
 
 
 def finish_sharded(path: Path) -> None:
@@ -228,11 +231,10 @@ class ShardedCheckpoint:
         return skeleton
 
     def _load(self, template: dict, no_dist: bool = False) -> None:
-        with _single_process_is_meant():
-            dcp.load(
-                template,
-                checkpoint_id=self.path,
-                storage_reader=_SafeReader(self.path),
-                planner=_SafePlanner(),
-                no_dist=no_dist or not _distributed(),
-            )
+        dcp.load(
+            template,
+            checkpoint_id=self.path,
+            storage_reader=_SafeReader(self.path),
+            planner=_SafePlanner(),
+            no_dist=no_dist or not _distributed(),
+        )
