@@ -132,6 +132,7 @@ def stall_variant(variant: str, reps: int) -> dict:
     import torch
 
     from gatle_ignite.config.loader import apply_overrides, load_config_from_file
+    from gatle_ignite.trainer.lifecycle import settle_writes
 
     strategy, asynchronous = STALLS[variant]
     torch.set_num_threads(1)
@@ -161,7 +162,7 @@ def stall_variant(variant: str, reps: int) -> dict:
             start = time.perf_counter()
             latest(engine)
             stalls.append(time.perf_counter() - start)
-            trainer._settle_writes()
+            settle_writes(trainer)
             on_disk.append(time.perf_counter() - start)
         parameters = sum(p.numel() for p in trainer.model.parameters())
         copies = host_copy_seconds(trainer.model, trainer.optimizer)

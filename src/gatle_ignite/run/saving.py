@@ -63,14 +63,13 @@ class BackgroundWrites:
 
     An error in a write is raised by the next ``wait``, in the training thread. Since one write
     runs at a time, the host memory a write was staged in is free again for the next one:
-    ``host_buffers`` (single files) and ``sharded_writer`` (DCP, which caches its own) keep it.
+    ``host_buffers`` keeps it.
     """
 
     def __init__(self):
         self._thread: Optional[threading.Thread] = None
         self._error: Optional[BaseException] = None
         self.host_buffers = None
-        self.sharded_writer = None
 
     def submit(self, job: Callable) -> None:
         self.wait()

@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
-from torch.distributed.checkpoint import FileSystemReader, FileSystemWriter
+from torch.distributed.checkpoint import FileSystemReader
 from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
 from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 
@@ -130,6 +130,32 @@ def _merged(saved, live):
     return saved
 
 
+class _HostStager:
+    """DCP's staging step for the run's background writes: the state copied to host memory,
+    into the buffers of the previous copy when they fit (see ``host_copy``)."""
+
+    _synchronize_after_execute = True
+
+    def __init__(self, writes):
+        self.writes = writes
+
+    @property
+    def should_synchronize_after_execute(self) -> bool:
+        return self._synchronize_after_execute
+
+    def stage(self, state_dict):
+        from gatle_ignite.run.saving import host_copy
+
+        self.writes.host_buffers = host_copy(state_dict, self.writes.host_buffers)
+        return self.writes.host_buffers
+
+    def synchronize_staging(self) -> None:
+        """The copy is done when ``stage`` returns."""
+
+    def close(self) -> None:
+        """Nothing to release: the buffers are the run's."""
+
+
 def _distributed() -> bool:
     return dist.is_available() and dist.is_initialized()
 
@@ -156,12 +182,7 @@ def save_sharded(state: dict, path: Path, process_group=None, writes=None):
     if writes is None:
         dcp.save(state, **options)
         return None
-    if writes.sharded_writer is None:
-        # One writer for the run: on a GPU it keeps the pinned host memory it stages into
-        # between saves (pinning needs an accelerator).
-        cache = torch.cuda.is_available()
-        writes.sharded_writer = FileSystemWriter(staging, cache_staged_state_dict=cache)
-    return dcp.async_save(state, storage_writer=writes.sharded_writer, **options)
+    return dcp.async_save(state, async_stager=_HostStager(writes), **options)
 
 
 def finish_sharded(path: Path) -> None:
