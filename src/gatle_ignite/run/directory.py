@@ -18,8 +18,6 @@ from typing import Optional
 import ignite.distributed as idist
 import torch
 
-from gatle_ignite.callbacks.run_record import config_payload
-from gatle_ignite.config.base import base_config
 from gatle_ignite.dispatch import ConfigError
 from gatle_ignite.run import identity
 from gatle_ignite.run.layout import (
@@ -160,10 +158,17 @@ def _read_manifest(save_dir) -> Optional[Manifest]:
 
 
 class RunDirectory:
-    """One run's ``save_dir``: its lock, its manifest, and what this process may do with it."""
+    """One run's ``save_dir``: its lock, its manifest, and what this process may do with it.
 
-    def __init__(self, cfg):
+    ``payload`` is the config as the run records it (JSON, secrets redacted) and ``defaults``
+    the framework's defaults the same way, against which a field a newer version added counts
+    as unchanged.
+    """
+
+    def __init__(self, cfg, payload: dict, defaults: dict):
         self.cfg = cfg
+        self.payload = payload
+        self.defaults = defaults
         self.path = Path(cfg.save_dir)
         self.lock = RunLock(self.path)
         # A trainer built by a script and dropped without fit() lets go of the directory.
@@ -197,7 +202,7 @@ class RunDirectory:
         self._remove_interrupted_writes()
         found = _read_manifest(self.path)
         entries = indexed_view(self.path, found)
-        payload = config_payload(self.cfg)
+        payload = self.payload
         if not self.cfg.resume:
             if entries:
                 self._replace_or_refuse(found, entries)
@@ -300,7 +305,7 @@ class RunDirectory:
 
     def _check_changes(self, manifest: Manifest, payload: dict) -> dict:
         """The accepted changes, ``{field: [old, new]}``; any other change is refused."""
-        changes = identity.config_changes(manifest.config, payload, config_payload(base_config()))
+        changes = identity.config_changes(manifest.config, payload, self.defaults)
         accept = list(self.cfg.get("accept_changes", []) or [])
         if "max_epochs" in accept and manifest.max_epochs not in (None, self.cfg.max_epochs):
             # Operational, but naming it refits the schedule to the new length.

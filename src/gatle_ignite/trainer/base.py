@@ -8,6 +8,8 @@ import ignite.distributed as idist
 import torch
 from ignite.engine import Engine, Events
 
+from gatle_ignite.callbacks.run_record import config_payload
+from gatle_ignite.config.base import base_config
 from gatle_ignite.config.validate import validate_config
 from gatle_ignite.data.helpers import ExactDistributedSampler, get_aug, get_dataset
 from gatle_ignite.dispatch import ConfigError, call_with_params, import_entrypoint
@@ -345,7 +347,8 @@ class BaseTrainer:
     def _open_run(self):
         """Open the run directory once (lock, checks, resume choice); returns its plan."""
         if self.run_dir is None:
-            self.run_dir = RunDirectory(self.cfg)
+            payload, defaults = config_payload(self.cfg), config_payload(base_config())
+            self.run_dir = RunDirectory(self.cfg, payload, defaults)
             self.run_dir.open()
         return self.run_dir.plan
 
