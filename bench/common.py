@@ -1,5 +1,6 @@
 """What every benchmark shares: the task, child processes, clocks, statistics and tables."""
 
+import argparse
 import json
 import os
 import statistics
@@ -14,10 +15,15 @@ from typing import Optional
 ROOT = Path(__file__).resolve().parent.parent
 # The synthetic example as every benchmark runs it (see bench/tasks/synthetic_bench.py).
 CONFIG = "bench/tasks/synthetic_bench.py"
+EXTRAS_OFF = ("logger_name=[]", "every_val=0", "save_ckpt=False", "score_name=None")
 # Where a bench Trainer writes what it measured; set by the process that starts the run.
 RECORD_ENV = "GATLE_BENCH_RECORD"
 # Set, the bench Trainer also stamps its first iteration with the wall clock.
 FIRST_ITERATION_ENV = "GATLE_BENCH_FIRST_ITERATION"
+# "reads" or "syncs": the bench Trainer counts the loop's host reads (bench/reads.py).
+COUNT_ENV = "GATLE_BENCH_COUNT"
+# An older checkout's src/: its variants run beside the current ones as "<variant>@<commit>".
+BASELINE_ENV = "GATLE_BENCH_BASELINE"
 
 SEED = 42
 EPOCHS = 20
@@ -35,10 +41,10 @@ def clock():
 
 
 def per_iteration(stamps, iterations, warmup=WARMUP_EPOCHS):
-    """``(wall, cpu)`` seconds per iteration between the end of the warm-up and the last stamp."""
-    start, end = stamps[warmup - 1], stamps[-1]
-    count = (len(stamps) - warmup) * iterations
-    return (end[0] - start[0]) / count, (end[1] - start[1]) / count
+    """``(wall, cpu)`` seconds per iteration of the fastest epoch after the warm-up, each clock
+    on its own: on a shared machine other processes only ever add time, to some epochs."""
+    epochs = list(zip(stamps[warmup - 1 :], stamps[warmup:]))
+    return tuple(min(end[i] - start[i] for start, end in epochs) / iterations for i in (0, 1))
 
 
 def synthetic_tensors(split="train", n=None):
@@ -48,23 +54,15 @@ def synthetic_tensors(split="train", n=None):
 
     cfg = load_config_from_file(ROOT / CONFIG)
     params = dict(cfg.train_ds_params if split == "train" else cfg.valid_ds_params)
-    if n is not None:
-        params["n"] = n
-    loader, _ = get_ds(params)
-    return loader.dataset.tensors
+    params["n"] = n or params["n"]
+    return get_ds(params)[0].dataset.tensors
 
 
-def train_loader(tensors):
-    """The loader the example's config asks for: batch 64, shuffled, last batch dropped."""
+def loader(tensors, train=True):
+    """The example's loader: shuffled with the last batch dropped for training, else in order."""
     from torch.utils.data import DataLoader, TensorDataset
 
-    return DataLoader(TensorDataset(*tensors), batch_size=BATCH, shuffle=True, drop_last=True)
-
-
-def eval_loader(tensors):
-    from torch.utils.data import DataLoader, TensorDataset
-
-    return DataLoader(TensorDataset(*tensors), batch_size=BATCH, shuffle=False)
+    return DataLoader(TensorDataset(*tensors), batch_size=BATCH, shuffle=train, drop_last=train)
 
 
 def mlp(in_dim=64, hidden=128, n_classes=10):
@@ -78,14 +76,32 @@ def adamw(model):
     """AdamW with gatle_ignite.optimizers.adamw's groups: no decay on biases and 1-d params."""
     import torch
 
-    decay, no_decay = [], []
+    groups = [{"params": [], "weight_decay": WEIGHT_DECAY}, {"params": [], "weight_decay": 0.0}]
     for name, param in model.named_parameters():
-        (no_decay if param.ndim <= 1 or name.endswith(".bias") else decay).append(param)
-    groups = [
-        {"params": decay, "weight_decay": WEIGHT_DECAY},
-        {"params": no_decay, "weight_decay": 0.0},
-    ]
+        groups[param.ndim <= 1 or name.endswith(".bias")]["params"].append(param)
     return torch.optim.AdamW(groups, lr=LR, weight_decay=WEIGHT_DECAY)
+
+
+def seeded_task():
+    """Seed, then data, then the model: the order in which gatle-ignite draws from the seed."""
+    import torch
+
+    torch.set_num_threads(1)
+    torch.manual_seed(SEED)
+    tensors = synthetic_tensors()
+    model = mlp()
+    return tensors, loader(tensors), model, adamw(model)
+
+
+def bare_step(model, optimizer, x, y):
+    """The bare loop's training step."""
+    import torch.nn.functional as F
+
+    optimizer.zero_grad(set_to_none=True)
+    loss = F.cross_entropy(model(x), y)
+    loss.backward()
+    optimizer.step()
+    return loss
 
 
 def final_loss(logits_of, tensors):
@@ -104,40 +120,85 @@ def write_record(record):
         Path(path).write_text(json.dumps(record))
 
 
-def child_env(extra=None):
-    """One thread per process, so variants compare like for like on a shared machine."""
+def run_gatle(overrides, config=CONFIG):
+    """``gatle-ignite train`` in this process, as a user runs it; returns the trainer's record."""
+    import torch
+
+    from gatle_ignite.cli.main import main
+
+    torch.set_num_threads(1)
+    # A fresh save_dir each time: a run directory is never trained into twice.
+    with tempfile.TemporaryDirectory(prefix="gatle-bench-") as tmp:
+        record = Path(tmp) / "record.json"
+        os.environ[RECORD_ENV] = str(record)
+        items = [f"save_dir={tmp}/run", *overrides]
+        code = main(["train", f"--config={config}"] + [f"--override={item}" for item in items])
+        if code != 0:
+            raise SystemExit(code)
+        return json.loads(record.read_text())
+
+
+def git(*args, cwd=ROOT):
+    proc = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True)
+    return proc.stdout.rstrip() if proc.returncode == 0 else ""
+
+
+def baseline_commit():
+    """The short commit of the baseline checkout (``GATLE_BENCH_BASELINE``), or None."""
+    src = os.environ.get(BASELINE_ENV)
+    return (git("rev-parse", "--short", "HEAD", cwd=src) or Path(src).name) if src else None
+
+
+def with_baseline(names, compared):
+    """``names``, plus ``<name>@<commit>`` of each compared variant when a baseline is set."""
+    commit = baseline_commit()
+    return list(names) + ([f"{name}@{commit}" for name in compared] if commit else [])
+
+
+def label(labels, variant):
+    name, _, commit = variant.partition("@")
+    return labels[name] + (f", at {commit}" if commit else "")
+
+
+def child_env(variant=""):
+    """One thread per process, so variants compare like for like on a shared machine; a
+    baseline variant imports gatle_ignite from the baseline checkout."""
     env = dict(os.environ)
     env.update({"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"})
-    env.pop(RECORD_ENV, None)
-    env.pop(FIRST_ITERATION_ENV, None)
-    env.update(extra or {})
+    for name in (RECORD_ENV, FIRST_ITERATION_ENV, COUNT_ENV):
+        env.pop(name, None)
+    if "@" in variant:
+        env["PYTHONPATH"] = os.pathsep.join([os.environ[BASELINE_ENV], str(ROOT)])
     return env
 
 
-def run_child(module, args, timeout=900, env=None):
-    """Run ``python -m <module> <args>`` from the repo root; returns the JSON it wrote."""
+def run_child(module, variant, args=(), timeout=900):
+    """``python -m <module> --child <variant> <args>`` from the repo root; the JSON it wrote."""
     with tempfile.TemporaryDirectory(prefix="gatle-bench-") as tmp:
         out = Path(tmp) / "result.json"
-        log = Path(tmp) / "log.txt"
-        command = [sys.executable, "-m", module, *args, "--out", str(out)]
-        with open(log, "w") as handle:
-            proc = subprocess.run(
-                command,
-                cwd=ROOT,
-                env=child_env(env),
-                stdout=handle,
-                stderr=subprocess.STDOUT,
-                timeout=timeout,
-            )
+        command = [sys.executable, "-m", module, "--child", variant, *args, "--out", str(out)]
+        proc = subprocess.run(
+            command, cwd=ROOT, env=child_env(variant), capture_output=True, timeout=timeout
+        )
         if proc.returncode != 0 or not out.exists():
-            tail = log.read_text()[-4000:]
+            tail = (proc.stdout + proc.stderr).decode(errors="replace")[-4000:]
             raise RuntimeError(f"{' '.join(command)} failed ({proc.returncode}):\n{tail}")
         return json.loads(out.read_text())
 
 
-def run_each(module, names, args=()):
-    """``[(name, result)]``, each from a fresh ``python -m <module> --child <name> <args>``."""
-    return [(name, run_child(module, ["--child", name, *args])) for name in names]
+def interleaved(module, variants, reps, args=(), run=None):
+    """``{variant: [result per repetition]}``, each from a fresh process.
+
+    Rotated each repetition, so no variant always runs first or right after the same one.
+    """
+    run = run or (lambda name: run_child(module, name, args))
+    results = {name: [] for name in variants}
+    for rep in range(reps):
+        shift = rep % len(variants)
+        for name in variants[shift:] + variants[:shift]:
+            results[name].append(run(name))
+            print(f"  rep {rep + 1}/{reps} {name}", flush=True)
+    return results
 
 
 def median(values):
@@ -150,6 +211,29 @@ def spread(values):
     return 50.0 * (max(values) - min(values)) / mid if mid else 0.0
 
 
+def paired_ratio(values, base):
+    """The median over repetitions of each value against the base of the same repetition."""
+    return median([v / b for v, b in zip(values, base)])
+
+
+def ratio_table(times, base, labels, unit):
+    """A table of time per ``unit`` and ratio to ``base``, and ``{variant: (wall, cpu) ratio}``.
+
+    ``times`` is ``{variant: [(wall, cpu) seconds per repetition]}``.
+    """
+    rows, ratios = [], {}
+    for name, values in times.items():
+        ratios[name] = tuple(
+            paired_ratio([v[i] for v in values], [b[i] for b in times[base]]) for i in (0, 1)
+        )
+        cpu = [v[1] for v in values]
+        medians = [ms(median([v[i] for v in values])) for i in (0, 1)]
+        rows.append([label(labels, name), *medians, *(f"{r:.3f}x" for r in ratios[name])])
+        rows[-1].append(f"{spread(cpu):.0f}%")
+    headers = ["variant", f"wall ms/{unit}", f"cpu ms/{unit}", "wall ratio", "cpu ratio", "±"]
+    return table(headers, rows), ratios
+
+
 @dataclass
 class Check:
     """One target of the issue: a measured ratio (or value) against its limit."""
@@ -159,27 +243,23 @@ class Check:
     limit: Optional[float]
     unit: str = "x"
     note: str = ""
-    skip: bool = False
-    error: str = ""
+    # "SKIP" or "ERROR" when nothing was measured; the note says why.
+    unmeasured: str = ""
 
     @property
     def status(self):
-        if self.error:
-            return "ERROR"
-        if self.skip:
-            return "SKIP"
-        if self.limit is None:
-            return "info"
+        if self.unmeasured or self.limit is None:
+            return self.unmeasured or "info"
         return "PASS" if self.measured <= self.limit else "FAIL"
 
     def row(self):
         limit = "-" if self.limit is None else f"<= {self.limit:g}{self.unit}"
-        measured = "-" if self.skip or self.error else f"{self.measured:.3f}{self.unit}"
-        return [self.name, measured, limit, self.status, self.error or self.note]
+        measured = "-" if self.unmeasured else f"{self.measured:.3f}{self.unit}"
+        return [self.name, measured, limit, self.status, self.note]
 
 
-def skipped(name, reason):
-    return Check(name, float("nan"), None, note=reason, skip=True)
+def unmeasured(name, status, reason):
+    return Check(name, float("nan"), None, note=reason, unmeasured=status)
 
 
 def table(headers, rows):
@@ -199,7 +279,20 @@ def ms(seconds):
     return f"{seconds * 1e3:.3f}"
 
 
-def out_arg(parser):
-    parser.add_argument("--out", help="write the child's result here as JSON (internal)")
-    parser.add_argument("--child", help="run one variant in this process (internal)")
-    return parser
+def main(doc, run, child=None, options=()):
+    """The command line every benchmark shares: ``--reps``, its own ``options`` (flag, argparse
+    keywords), and the internal ``--child NAME --out PATH`` that runs one variant."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    parser.add_argument("--reps", type=int, help="repetitions (default: the benchmark's own)")
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    parser.add_argument("--out", help=argparse.SUPPRESS)
+    for flag, keywords in options:
+        parser.add_argument(flag, **keywords)
+    args = parser.parse_args()
+    if args.child:
+        Path(args.out).write_text(json.dumps(child(args.child, args)))
+        return
+    options = {k: v for k, v in vars(args).items() if k not in ("reps", "child", "out")}
+    _, checks = run(args.reps, **options)
+    if checks:
+        print(checks_table(checks))

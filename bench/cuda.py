@@ -1,20 +1,16 @@
-"""CUDA: bf16 AMP per-iteration time against a bare loop, and samples/s with cfg.compile=True.
+"""CUDA: bf16 step time against a bare loop, eager and compiled, and the loop's syncs per step.
 
     python -m bench.cuda [--reps 2]
     python -m bench.cuda --smoke     # the same code path at toy sizes, on whatever device
 
 Without a CUDA device (and without --smoke) it prints a skip and measures nothing. The run is
-bench/tasks/cuda_bench.py: a ~480 M parameter MLP, batch 1024, data already on the GPU, every
-extra off; two warm-up epochs absorb the compilation.
+bench/tasks/cuda_bench.py: a launch-bound MLP (8 layers of 1024, batch 256), data already on
+the GPU, every extra off; two warm-up epochs absorb the compilation. The syncs are the
+warnings of ``torch.cuda.set_sync_debug_mode("warn")``, counted like bench/reads.py counts
+reads (on a CPU, under --smoke, it counts the reads instead).
 """
 
-import argparse
-import json
-import os
-import tempfile
-from pathlib import Path
-
-from bench import common
+from bench import common, reads
 
 CONFIG = "bench/tasks/cuda_bench.py"
 WARMUP_EPOCHS = 2
@@ -33,6 +29,7 @@ VARIANTS = {
     "bare_compiled": "bare loop + model.compile()",
     "gatle_compiled": "gatle-ignite, compile=True",
 }
+SYNCS = {"syncs_default": "gatle-ignite, check_every unset", "syncs_k1": "check_every=1"}
 # The issue sets no CUDA target; the CPU one for "every extra off" is the natural yardstick.
 TARGET = 1.10
 
@@ -40,11 +37,10 @@ TARGET = 1.10
 def _config(overrides):
     from gatle_ignite.config.loader import apply_overrides, load_config_from_file
 
-    cfg = load_config_from_file(common.ROOT / CONFIG)
-    return apply_overrides(cfg, overrides)
+    return apply_overrides(load_config_from_file(common.ROOT / CONFIG), overrides)
 
 
-def run_bare(compiled, overrides):
+def run_bare(compiled, cfg):
     import torch
     import torch.nn.functional as F
 
@@ -52,7 +48,6 @@ def run_bare(compiled, overrides):
     from bench.tasks.wide_mlp import Model
 
     torch.set_num_threads(1)
-    cfg = _config(overrides)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     torch.manual_seed(common.SEED)
     loader, _ = get_ds(cfg.train_ds_params)
@@ -71,98 +66,66 @@ def run_bare(compiled, overrides):
         if device == "cuda":
             torch.cuda.synchronize()
         stamps.append(common.clock())
-    tensors = loader.dataset.tensors
-    return {
-        "train": stamps,
-        "final_loss": common.final_loss(lambda x: model.forward(x=x)["logits"], tensors),
-    }
+    return stamps
 
 
-def run_gatle(compiled, overrides):
-    from gatle_ignite.cli.main import main
-
-    with tempfile.TemporaryDirectory(prefix="gatle-bench-cuda-") as tmp:
-        record = Path(tmp) / "record.json"
-        os.environ[common.RECORD_ENV] = str(record)
-        items = [f"save_dir={tmp}/run", *overrides, f"compile={compiled}"]
-        code = main(["train", f"--config={CONFIG}"] + [f"--override={item}" for item in items])
-        if code != 0:
-            raise SystemExit(code)
-        return json.loads(record.read_text())
-
-
-def run_child(variant, smoke):
-    kind, mode = variant.split("_")
-    overrides = list(SMOKE if smoke else ())
-    result = (run_bare if kind == "bare" else run_gatle)(mode == "compiled", overrides)
-    cfg = _config(overrides)
-    iters = cfg.train_ds_params.n // cfg.train_ds_params.bs
-    wall, cpu = common.per_iteration(result["train"], iters, warmup=WARMUP_EPOCHS)
-    return {
-        "wall": wall,
-        "samples_per_s": cfg.train_ds_params.bs / wall,
-        "final_loss": result["final_loss"],
-    }
-
-
-def run(reps=2, smoke=False):
-    """Measure, print the table, return the checks (bench.run_all calls this)."""
+def child(variant, args):
     import torch
+
+    overrides = list(SMOKE if args.smoke else ())
+    if variant in SYNCS:
+        every = ["check_every=1"] if variant == "syncs_k1" else []
+        return reads.count([*overrides, *every], CONFIG, syncs=torch.cuda.is_available())
+    kind, mode = variant.split("_")
+    cfg = _config(overrides)
+    if kind == "bare":
+        stamps = run_bare(mode == "compiled", cfg)
+    else:
+        stamps = common.run_gatle([*overrides, f"compile={mode == 'compiled'}"], CONFIG)["train"]
+    iterations = cfg.train_ds_params.n // cfg.train_ds_params.bs
+    return common.per_iteration(stamps, iterations, warmup=WARMUP_EPOCHS)
+
+
+def _timing(results):
+    """One table per mode (eager, compiled), and their checks."""
+    texts, checks = [], []
+    for mode in ("eager", "compiled"):
+        bare, gatle = f"bare_{mode}", f"gatle_{mode}"
+        pair = {name: results[name] for name in (bare, gatle)}
+        text, ratios = common.ratio_table(pair, bare, VARIANTS, "iter")
+        texts.append(text)
+        name = f"cuda: gatle-ignite {mode} vs bare (bf16, wall)"
+        note = f"host cpu {ratios[gatle][1]:.3f}x"
+        checks.append(common.Check(name, ratios[gatle][0], TARGET, note=note))
+    return "\n\n".join(texts), checks
+
+
+def run(reps=None, smoke=False):
+    """Measure, print the tables, return the checks (bench.run_all calls this)."""
+    import torch
+
+    from gatle_ignite.trainer.handlers import DEFAULT_CHECK_EVERY
 
     print("== CUDA ==")
     if not torch.cuda.is_available() and not smoke:
         reason = "no CUDA device visible to torch; run on a GPU machine to measure"
         print(f"SKIP: {reason}")
-        return f"SKIP: {reason}.", [common.skipped("cuda: bf16 and compile", reason)]
-    names = list(VARIANTS)
-    results = {name: [] for name in names}
+        return f"SKIP: {reason}.", [common.unmeasured("cuda: bf16 step", "SKIP", reason)]
     args = ["--smoke"] if smoke else []
-    for rep in range(reps):
-        order = names[rep % len(names) :] + names[: rep % len(names)]
-        for name in order:
-            results[name].append(common.run_child("bench.cuda", ["--child", name, *args]))
-    ratio = {}
-    for mode in ("eager", "compiled"):
-        pairs = zip(results[f"gatle_{mode}"], results[f"bare_{mode}"])
-        ratio[mode] = common.median([g["wall"] / b["wall"] for g, b in pairs])
-    speedup = common.median(
-        [e["wall"] / c["wall"] for e, c in zip(results["gatle_eager"], results["gatle_compiled"])]
+    results = common.interleaved("bench.cuda", list(VARIANTS), reps or 2, args)
+    text, checks = _timing(results)
+    syncs = {name: common.run_child("bench.cuda", name, args) for name in SYNCS}
+    every = DEFAULT_CHECK_EVERY if torch.cuda.is_available() else 1
+    counted, sync_checks = reads.rows_and_checks(
+        syncs, SYNCS, {"syncs_default": 1 / every, "syncs_k1": 1.0}, "cuda syncs"
     )
-    rows = []
-    for name, values in results.items():
-        kind, mode = name.split("_")
-        rows.append(
-            [
-                VARIANTS[name],
-                common.ms(common.median([v["wall"] for v in values])),
-                f"{common.median([v['samples_per_s'] for v in values]):.0f}",
-                "1.000x" if kind == "bare" else f"{ratio[mode]:.3f}x",
-                f"{values[0]['final_loss']:.4f}",
-            ]
-        )
     device = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "CPU (smoke)"
-    text = common.table(["variant", "wall ms/iter", "samples/s", "vs bare", "loss"], rows)
-    text += f"\n\nDevice: {device}. gatle-ignite compile=True speed-up: {speedup:.2f}x."
+    text += f"\n\nDevice: {device}. Syncs (host reads on a CPU) per training iteration:\n\n"
+    text += counted
     print(text)
-    checks = [
-        common.Check(f"cuda: gatle-ignite {mode} vs bare (bf16)", ratio[mode], TARGET)
-        for mode in ("eager", "compiled")
-    ]
-    checks.append(common.Check("cuda: samples/s, compile=True vs eager", speedup, None))
-    return text, checks
-
-
-def main():
-    parser = common.out_arg(argparse.ArgumentParser(description=__doc__.splitlines()[0]))
-    parser.add_argument("--reps", type=int, default=2)
-    parser.add_argument("--smoke", action="store_true", help="toy sizes; runs on a CPU too")
-    args = parser.parse_args()
-    if args.child:
-        Path(args.out).write_text(json.dumps(run_child(args.child, args.smoke)))
-        return
-    _, checks = run(args.reps, smoke=args.smoke)
-    print(common.checks_table(checks))
+    return text, checks + sync_checks
 
 
 if __name__ == "__main__":
-    main()
+    options = [("--smoke", {"action": "store_true", "help": "toy sizes; runs on a CPU too"})]
+    common.main(__doc__, run, child, options)

@@ -3,16 +3,14 @@
     python -m bench.eval_step [--reps 5]
 
 Each variant scores top-1 accuracy of the freshly seeded synthetic MLP over 4096 validation
-samples (64 batches of 64), ten passes in one fresh process; the first pass is dropped.
+samples (64 batches of 64), ten passes in one fresh process, each timed as a whole (a call
+of ``evaluate()``, of ``Engine.run``); the fastest pass after the first counts.
 """
-
-import argparse
-import json
-from pathlib import Path
 
 from bench import common
 
 EVAL_N = 4096
+BATCHES = EVAL_N // common.BATCH
 PASSES = 10
 VARIANTS = {
     "bare": "bare torch.no_grad() loop",
@@ -23,39 +21,36 @@ TARGET = 1.10
 ACC_TOLERANCE = 1e-9
 
 
-def _batches():
-    return -(-EVAL_N // common.BATCH)
+def _seeded():
+    import torch
+
+    torch.set_num_threads(1)
+    torch.manual_seed(common.SEED)
+    valid = common.loader(common.synthetic_tensors("valid", n=EVAL_N), train=False)
+    return valid, common.mlp().eval()
 
 
 def run_bare():
     import torch
 
-    torch.set_num_threads(1)
-    torch.manual_seed(common.SEED)
-    loader = common.eval_loader(common.synthetic_tensors("valid", n=EVAL_N))
-    model = common.mlp().eval()
-    spans, accuracy = [], None
-    for _ in range(PASSES):
-        start = common.clock()
-        correct = total = 0
+    valid, model = _seeded()
+
+    def one_pass():
+        correct = 0
         with torch.no_grad():
-            for x, y in loader:
+            for x, y in valid:
                 correct += int((model(x).argmax(dim=1) == y).sum())
-                total += len(y)
-        accuracy = correct / total
-        spans.append((start, common.clock()))
-    return {"spans": spans, "accuracy": accuracy}
+        return correct / EVAL_N
+
+    return one_pass
 
 
 def run_engine():
     import torch
-    from ignite.engine import Engine, Events
+    from ignite.engine import Engine
     from ignite.metrics import Accuracy
 
-    torch.set_num_threads(1)
-    torch.manual_seed(common.SEED)
-    loader = common.eval_loader(common.synthetic_tensors("valid", n=EVAL_N))
-    model = common.mlp().eval()
+    valid, model = _seeded()
 
     def step(_engine, batch):
         x, y = batch
@@ -64,12 +59,7 @@ def run_engine():
 
     engine = Engine(step)
     Accuracy().attach(engine, "acc")
-    starts, ends = [], []
-    engine.add_event_handler(Events.EPOCH_STARTED, lambda _e: starts.append(common.clock()))
-    engine.add_event_handler(Events.EPOCH_COMPLETED, lambda _e: ends.append(common.clock()))
-    for _ in range(PASSES):
-        engine.run(loader, max_epochs=1)
-    return {"spans": list(zip(starts, ends)), "accuracy": engine.state.metrics["acc"]}
+    return lambda: engine.run(valid, max_epochs=1).metrics["acc"]
 
 
 def run_gatle():
@@ -84,77 +74,44 @@ def run_gatle():
     apply_overrides(cfg, [f"valid_ds_params.n={EVAL_N}"])
     cfg.run = True
     trainer = Trainer(0, cfg)
-    results = {}
-    for _ in range(PASSES):
-        # No checkpoint: the freshly seeded weights are the ones the bare loops score.
-        results = trainer.evaluate(load_checkpoint=False)
-    spans = list(zip(trainer.record["eval_start"], trainer.record["eval_end"]))
-    return {"spans": spans, "accuracy": results["valid/acc"]}
+    # No checkpoint: the freshly seeded weights are the ones the bare loops score.
+    return lambda: trainer.evaluate(load_checkpoint=False)["valid/acc"]
 
 
 CHILDREN = {"bare": run_bare, "engine": run_engine, "gatle": run_gatle}
 
 
-def _per_batch(spans):
-    """``(wall, cpu)`` per batch, the median over the passes after the first."""
-    walls = [(end[0] - start[0]) / _batches() for start, end in spans[1:]]
-    cpus = [(end[1] - start[1]) / _batches() for start, end in spans[1:]]
-    return common.median(walls), common.median(cpus)
+def child(variant, _args):
+    """The accuracy and ``(wall, cpu)`` per batch of the fastest pass after the first."""
+    one_pass, spans = CHILDREN[variant](), []
+    for _ in range(PASSES):
+        start = common.clock()
+        accuracy = one_pass()
+        spans.append([(end - begin) / BATCHES for begin, end in zip(start, common.clock())])
+    per_batch = [min(span[i] for span in spans[1:]) for i in (0, 1)]
+    return {"per_batch": per_batch, "accuracy": accuracy}
 
 
-def run(reps=5):
+def run(reps=None):
     """Measure, print the table, return the checks (bench.run_all calls this)."""
     print("== evaluation batch ==")
-    names = list(VARIANTS)
-    times = {name: [] for name in names}
-    accuracy = {}
-    for rep in range(reps):
-        order = names[rep % len(names) :] + names[: rep % len(names)]
-        for name in order:
-            result = common.run_child("bench.eval_step", ["--child", name])
-            times[name].append(_per_batch(result["spans"]))
-            accuracy[name] = result["accuracy"]
-    base = times["bare"]
-    rows, ratios = [], {}
-    for name, values in times.items():
-        ratios[name] = [common.median([v[i] / b[i] for v, b in zip(values, base)]) for i in (0, 1)]
-        rows.append(
-            [
-                VARIANTS[name],
-                common.ms(common.median([v[0] for v in values])),
-                common.ms(common.median([v[1] for v in values])),
-                f"{ratios[name][0]:.3f}x",
-                f"{ratios[name][1]:.3f}x",
-                f"{common.spread([v[0] for v in values]):.0f}%",
-                f"{accuracy[name]:.4f}",
-            ]
-        )
-    headers = ["variant", "wall ms/batch", "cpu ms/batch", "wall ratio", "cpu ratio", "±", "acc"]
-    text = common.table(headers, rows)
+    results = common.interleaved("bench.eval_step", list(VARIANTS), reps or 5)
+    times = {name: [r["per_batch"] for r in values] for name, values in results.items()}
+    text, ratios = common.ratio_table(times, "bare", VARIANTS, "batch")
     print(text)
-    deviation = max(abs(a - accuracy["bare"]) for a in accuracy.values())
+    accuracies = [r["accuracy"] for values in results.values() for r in values]
+    deviation = max(abs(a - accuracies[0]) for a in accuracies)
     checks = [
         common.Check(
             "eval: gatle-ignite evaluator batch",
             ratios["gatle"][1],
             TARGET,
-            note=f"wall {ratios['gatle'][0]:.3f}x; ignite Engine alone {ratios['engine'][1]:.3f}x",
+            note=f"ignite Engine alone {ratios['engine'][1]:.3f}x",
         ),
         common.Check("eval: same accuracy, every variant", deviation, ACC_TOLERANCE, unit=""),
     ]
     return text, checks
 
 
-def main():
-    parser = common.out_arg(argparse.ArgumentParser(description=__doc__.splitlines()[0]))
-    parser.add_argument("--reps", type=int, default=5)
-    args = parser.parse_args()
-    if args.child:
-        Path(args.out).write_text(json.dumps(CHILDREN[args.child]()))
-        return
-    _, checks = run(args.reps)
-    print(common.checks_table(checks))
-
-
 if __name__ == "__main__":
-    main()
+    common.main(__doc__, run, child)

@@ -1,16 +1,16 @@
-"""Every benchmark, then one summary table with PASS/FAIL against each target of issue 6.
+"""Every benchmark, then one summary table with PASS/FAIL against each target.
 
     python -m bench.run_all [--reps N] [--only train,eval,...] [--markdown PATH]
 
 Run from the repository root. ``--reps`` overrides each benchmark's own repetition count;
-``--markdown`` also writes the whole report (machine, figures, summary) to PATH.
+``--markdown`` also writes the whole report (machine, figures, summary) to PATH. With
+GATLE_BENCH_BASELINE=<an older checkout>/src, train, reads and ddp also measure that code.
 """
 
 import argparse
 import importlib
 import os
 import platform
-import subprocess
 import sys
 import time
 import traceback
@@ -21,6 +21,8 @@ from bench import common
 BENCHMARKS = {
     "train": "bench.train_step",
     "eval": "bench.eval_step",
+    "reads": "bench.reads",
+    "ablate": "bench.ablate",
     "startup": "bench.startup",
     "checkpoint": "bench.checkpoint",
     "ddp": "bench.ddp",
@@ -29,45 +31,33 @@ BENCHMARKS = {
 
 
 def _cpu_model():
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
-
-
-def _version(name):
-    try:
-        from importlib.metadata import version
-
-        return version(name)
-    except Exception:
-        return "not installed"
+    cpuinfo = Path("/proc/cpuinfo")
+    lines = cpuinfo.read_text().splitlines() if cpuinfo.exists() else []
+    names = [line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")]
+    return names[0] if names else platform.processor() or "unknown CPU"
 
 
 def source():
     """The commit measured, and which files under src/ differed from it."""
-
-    def git(*args):
-        proc = subprocess.run(["git", *args], cwd=common.ROOT, capture_output=True, text=True)
-        return proc.stdout.rstrip() if proc.returncode == 0 else ""
-
-    commit = git("rev-parse", "--short", "HEAD") or "unknown"
-    dirty = git("status", "--short", "--", "src").splitlines()
+    commit = common.git("rev-parse", "--short", "HEAD") or "unknown"
+    dirty = common.git("status", "--short", "--", "src").splitlines()
     changed = ", ".join(line[3:] for line in dirty) if dirty else "none"
-    return f"gatle-ignite at commit {commit}; uncommitted changes under src/: {changed}"
+    baseline = common.baseline_commit()
+    against = f"; baseline {baseline} ({os.environ[common.BASELINE_ENV]})" if baseline else ""
+    return f"gatle-ignite at commit {commit}; uncommitted changes under src/: {changed}{against}"
 
 
 def machine():
     """The lines that say what these figures were measured on."""
-    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    import ignite
+    import torch
+
+    import gatle_ignite
+
     return [
-        f"{_cpu_model()}, {os.cpu_count()} cores; load average {load:.1f} at start",
-        f"Python {platform.python_version()}, torch {_version('torch')}, "
-        f"pytorch-ignite {_version('pytorch-ignite')}, lightning {_version('lightning')}, "
-        f"gatle-ignite {_version('gatle-ignite')}",
+        f"{_cpu_model()}, {os.cpu_count()} cores; load average {os.getloadavg()[0]:.1f} at start",
+        f"Python {platform.python_version()}, torch {torch.__version__}, pytorch-ignite "
+        f"{ignite.__version__}, gatle-ignite {gatle_ignite.__version__}",
         "one torch thread per process (OMP_NUM_THREADS=1, torch.set_num_threads(1))",
         source(),
     ]
@@ -91,12 +81,12 @@ def main():
     for name in chosen:
         module = importlib.import_module(BENCHMARKS[name])
         try:
-            text, found = module.run() if args.reps is None else module.run(args.reps)
+            text, found = module.run(args.reps)
         except Exception as error:
             # One crashed benchmark must not throw away the figures of the others.
             traceback.print_exc()
             reason = str(error).strip().splitlines()[-1][:120]
-            text, found = f"ERROR: {reason}", [common.Check(name, float("nan"), None, error=reason)]
+            text, found = f"ERROR: {reason}", [common.unmeasured(name, "ERROR", reason)]
         sections.append(f"### {name}\n\n{text}")
         checks.extend(found)
         print()

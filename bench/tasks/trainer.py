@@ -1,52 +1,117 @@
-"""The synthetic example's trainer, plus clocks read at epoch ends for the benchmarks."""
+"""The synthetic example's trainer, plus what the benchmarks read from inside a run: clocks at
+epoch ends, and on request the first iteration's wall clock or the loop's host reads."""
 
 import os
+import sys
 import time
+import warnings
+from collections import Counter
 
 import ignite.distributed as idist
 import torch
 from ignite.engine import Events
 
-from bench.common import FIRST_ITERATION_ENV, RECORD_ENV, clock, final_loss, write_record
+from bench import common
 from examples.synthetic.trainer.synthetic_trainer import Trainer as SyntheticTrainer
+
+# What tests/test_loop_checks.py counts as a read: each waits for the device's queued work.
+READS = ("item", "tolist", "__bool__", "__float__", "cpu")
+# The optimizer's step counters and the loader's indices are no reads of the loop's results.
+NOT_THE_LOOP = ("torch/optim/", "torch/utils/data/")
 
 
 def _stamp(stamps):
     def handler(_engine):
         if torch.cuda.is_available():
             torch.cuda.synchronize()
-        stamps.append(clock())
+        stamps.append(common.clock())
 
     return handler
 
 
+class HostReads:
+    """Reads (``Tensor.item`` and the like) or, with ``syncs``, the CUDA synchronisations that
+    ``torch.cuda.set_sync_debug_mode("warn")`` reports, from the end of the warm-up on: inside
+    an iteration (its step and handlers) or between iterations (epoch starts and ends)."""
+
+    def __init__(self, syncs):
+        self.where = None  # None while not counting: the warm-up epoch, the final loss
+        self.counts = {"iteration": 0, "between": 0, "iterations": 0, "epochs": 0}
+        self.sources = Counter()
+        if syncs:
+            torch.cuda.set_sync_debug_mode("warn")
+            warnings.simplefilter("always")
+            warnings.showwarning = self._warned(warnings.showwarning)
+        else:
+            for name in READS:
+                setattr(torch.Tensor, name, self._counted(getattr(torch.Tensor, name), name))
+
+    def attach(self, engine) -> None:
+        """Last on each event, so an iteration's own handlers count as inside it."""
+        on = engine.add_event_handler
+        on(Events.ITERATION_STARTED, lambda _: self._move("iteration", "iterations"))
+        on(Events.ITERATION_COMPLETED, lambda _: self._move("between"))
+        on(Events.EPOCH_COMPLETED, lambda _: self._move("between", "epochs"))
+        # After the epoch tally, so the warm-up epoch is not counted.
+        on(
+            Events.EPOCH_COMPLETED(once=common.WARMUP_EPOCHS),
+            lambda _: setattr(self, "where", "between"),
+        )
+        on(Events.COMPLETED, lambda _: setattr(self, "where", None))
+
+    def report(self) -> dict:
+        return {**self.counts, "sources": self.sources.most_common(4)}
+
+    def _move(self, where, tally=None):
+        if self.where:
+            self.where = where
+            if tally:
+                self.counts[tally] += 1
+
+    def _hit(self, filename, line, what):
+        if self.where and not any(part in filename for part in NOT_THE_LOOP):
+            self.counts[self.where] += 1
+            self.sources["/".join(filename.split(os.sep)[-2:]) + f":{line} {what}"] += 1
+
+    def _counted(self, original, name):
+        def read(tensor, *args, **kwargs):
+            caller = sys._getframe(1)
+            self._hit(caller.f_code.co_filename, caller.f_lineno, name)
+            return original(tensor, *args, **kwargs)
+
+        return read
+
+    def _warned(self, show):
+        def count_or_show(message, category, filename, line, *args, **kwargs):
+            if "synchroniz" in str(message):
+                self._hit(filename, line, "sync")
+            else:
+                show(message, category, filename, line, *args, **kwargs)
+
+        return count_or_show
+
+
 class Trainer(SyntheticTrainer):
-    """Records ``(wall, cpu)`` at every trainer and evaluator epoch end, and the final loss."""
+    """Records ``(wall, cpu)`` at every training epoch's end, and the final loss."""
 
     def __init__(self, local_rank, cfg):
         # Spawned DDP ranks start with torch's default thread count.
         torch.set_num_threads(1)
         super().__init__(local_rank, cfg)
-        self.record = {"train": [], "eval_start": [], "eval_end": [], "first_iteration": None}
-
-    def setup(self):
-        if self._built:
-            return self
-        super().setup()
-        evaluator = self.engines.get("evaluator")
-        if evaluator is not None:
-            evaluator.add_event_handler(Events.EPOCH_STARTED, _stamp(self.record["eval_start"]))
-            evaluator.add_event_handler(Events.EPOCH_COMPLETED, _stamp(self.record["eval_end"]))
-        return self
+        self.record = {"train": [], "first_iteration": None}
+        counting = os.environ.get(common.COUNT_ENV)
+        self.host_reads = HostReads(syncs=counting == "syncs") if counting else None
 
     def attach_progress(self):
         super().attach_progress()
         trainer = self.engines["trainer"]
         # Registered last, so an epoch's evaluation and checkpoints fall inside its stamp.
         trainer.add_event_handler(Events.EPOCH_COMPLETED, _stamp(self.record["train"]))
-        if os.environ.get(FIRST_ITERATION_ENV):
+        if os.environ.get(common.FIRST_ITERATION_ENV):
             # Only when asked: a once=1 filter still runs on every iteration.
             trainer.add_event_handler(Events.ITERATION_STARTED(once=1), self._first_iteration)
+        if self.host_reads is not None:
+            self.host_reads.attach(trainer)
 
     def _first_iteration(self, _engine):
         # The wall clock, which the process that started this one can compare with its own.
@@ -59,11 +124,15 @@ class Trainer(SyntheticTrainer):
 
     def finish_record(self):
         """Write the record (rank 0 only) with the final loss over the training samples."""
-        if idist.get_rank() != 0 or not os.environ.get(RECORD_ENV):
+        if idist.get_rank() != 0 or not os.environ.get(common.RECORD_ENV):
             return
+        if self.host_reads is not None:
+            self.record["reads"] = self.host_reads.report()
         tensors = self.dls["train"].dataset.tensors
         # Unwrapped, since a DDP forward on rank 0 alone could wait for the other ranks; and
         # forward(), since a compiled model would recompile for this batch's shape.
         model = getattr(self.model, "module", self.model).eval()
-        self.record["final_loss"] = final_loss(lambda x: model.forward(x=x)["logits"], tensors)
-        write_record(self.record)
+        self.record["final_loss"] = common.final_loss(
+            lambda x: model.forward(x=x)["logits"], tensors
+        )
+        common.write_record(self.record)
