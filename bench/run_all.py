@@ -26,6 +26,7 @@ BENCHMARKS = {
     "startup": "bench.startup",
     "checkpoint": "bench.checkpoint",
     "ddp": "bench.ddp",
+    "fsdp": "bench.fsdp",
     "cuda": "bench.cuda",
 }
 

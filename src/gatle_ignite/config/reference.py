@@ -126,7 +126,7 @@ FIELD_DOCS: dict[str, str] = {
         "that makes ranks agree on a non-finite loss or a preemption). Between reads no step "
         "waits for the device. A non-finite loss is still reported at the exact iteration it "
         "appeared, and a read is forced before anything is saved, evaluated or logged. Unset: 1 "
-        "for one process on the CPU, where a read is free, else 32."
+        "for one process on the CPU, where a read is free, else 64."
     ),
     # ---- training loop ----
     "max_epochs": (

@@ -61,7 +61,7 @@ def empty_cuda_cache(engine=None) -> None:
 
 # check_every when the config leaves it unset and a read from the device is not free (a GPU, or
 # several ranks, where the check's all-reduce is the cost): see bench/README.md, "host reads".
-DEFAULT_CHECK_EVERY = 32
+DEFAULT_CHECK_EVERY = 64
 
 
 def check_every(cfg, device) -> int:
