@@ -36,8 +36,6 @@ from gatle_ignite.trainer.handlers import (
     LossAverage,
     NonFiniteCheck,
     PreemptionStop,
-    ProgressLines,
-    attach_bars,
     check_every,
     clear_state,
     empty_cuda_cache,
@@ -46,6 +44,7 @@ from gatle_ignite.trainer.handlers import (
 from gatle_ignite.trainer.lifecycle import recorded_run, settle_writes
 from gatle_ignite.trainer.preemption import REQUEST as PREEMPTION
 from gatle_ignite.trainer.preemption import preemption_signals, shield_workers
+from gatle_ignite.trainer.progress import attach_progress_output
 from gatle_ignite.trainer.strategy import distribute, gradient_sync, strategy_of
 from gatle_ignite.utils.amp import autocast_device_type, resolve_amp_dtype
 from gatle_ignite.utils.dist import quiet_ignite_loggers, rank_zero_print
@@ -616,49 +615,16 @@ class BaseTrainer:
 
     def attach_progress(self):
         """Progress reporting, memory cleanup, and the DDP sampler's epoch."""
-        cfg = self.cfg
         trainer = self.engines["trainer"]
-        engines = [e for e in self.engines.values() if e is not None]
         loss = (lambda: self._nan_check.last_loss) if self._nan_check is not None else None
-        if "pbar" in cfg.logger_name:
-            if idist.get_rank() == 0:
-                attach_bars(trainer, engines, loss)
-        elif idist.get_rank() == 0 and cfg.get("verbosity", 1) >= 1:
-            every = max((cfg.train_length or len(self.dls["train"])) // 10, 1)
-            ProgressLines(
-                "TRAIN",
-                every,
-                batch_size=cfg.train_ds_params.get("bs"),
-                loss=loss,
-                max_epochs=cfg.max_epochs,
-            ).attach(trainer)
-            for spec in self.eval_specs():
-                if self._eval_progress_prints(spec):
-                    batch_size = cfg.get(f"{spec.split}_ds_params", {}).get("bs")
-                    lines = ProgressLines(spec.progress_label, spec.progress_every, batch_size)
-                    lines.attach(self.engines[spec.key])
-        for engine in engines:
-            engine.add_event_handler(Events.EPOCH_STARTED, clear_state)
-            engine.add_event_handler(Events.EPOCH_COMPLETED, empty_cuda_cache)
+        attach_progress_output(self.cfg, self.engines, self.eval_specs(), self.dls, loss)
+        for engine in self.engines.values():
+            if engine is not None:
+                engine.add_event_handler(Events.EPOCH_STARTED, clear_state)
+                engine.add_event_handler(Events.EPOCH_COMPLETED, empty_cuda_cache)
         sampler = getattr(self.dls["train"], "sampler", None)
         if hasattr(sampler, "set_epoch"):
             # DistributedSampler needs the epoch, or it replays the same shuffle every epoch.
             trainer.add_event_handler(
                 Events.EPOCH_STARTED, lambda engine: sampler.set_epoch(engine.state.epoch)
             )
-
-    def _eval_progress_prints(self, spec) -> bool:
-        """Whether a built eval engine's run is long enough to reach a progress line.
-
-        Each run counts from iteration 0, so a run shorter than ``progress_every`` never
-        prints, and its printer would only cost a call per batch.
-        """
-        if self.engines.get(spec.key) is None:
-            return False
-        length = spec.length(self.cfg)
-        if not length:
-            try:
-                length = len(self.dls[spec.split])
-            except TypeError:
-                return True  # an iterable dataset: its length is unknown
-        return not isinstance(spec.progress_every, int) or length >= spec.progress_every

@@ -1,5 +1,5 @@
-"""What BaseTrainer attaches to its engines: the non-finite check, loss averages, progress
-lines and the preemption stop.
+"""What BaseTrainer attaches to its engines: the non-finite check, loss averages and the
+preemption stop (progress output is in ``progress``).
 
 The check and the averages keep each step's losses on the device and read them only every
 ``check_every`` iterations: a read from the device (``item()``, ``float()``) waits for every
@@ -9,19 +9,12 @@ queued kernel, so a read per step would stop the host from queueing the next one
 import gc
 import math
 import numbers
-import sys
-import time
 import warnings
 
 import ignite.distributed as idist
 import torch
 from ignite.engine import Events
 from ignite.metrics import Average
-
-try:
-    from ignite.handlers.tqdm_logger import ProgressBar
-except ImportError:  # ignite 0.4.x
-    from ignite.contrib.handlers import ProgressBar
 
 from gatle_ignite.trainer.preemption import REQUEST as PREEMPTION
 from gatle_ignite.trainer.preemption import Preempted, signal_name
@@ -31,8 +24,6 @@ __all__ = [
     "LossAverage",
     "NonFiniteCheck",
     "PreemptionStop",
-    "ProgressLines",
-    "attach_bars",
     "check_every",
     "clear_state",
     "empty_cuda_cache",
@@ -233,89 +224,6 @@ class LossAverage(Average):
         return super().compute()
 
 
-def _duration(seconds: float) -> str:
-    seconds = int(seconds)
-    return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
-
-
-def _count(value: float) -> str:
-    return f"{value / 1000:.1f}k" if value >= 10_000 else f"{value:.1f}"
-
-
-class ProgressLines:
-    """A text line every ``every`` iterations, on rank 0: where the engine is, the last loss
-    read, throughput, time spent and time left.
-
-    ``loss`` returns the check's last ``(iteration, value)`` (read at check points only);
-    ``batch_size`` (the global batch) gives samples/s; ``max_epochs`` gives the run's ETA.
-    """
-
-    def __init__(self, label, every=1, batch_size=None, loss=None, max_epochs=None):
-        if not isinstance(every, int) or every < 1:
-            raise ValueError(f"{label} progress: every must be a positive integer, got {every!r}")
-        self.label = label
-        self.every = every
-        self.batch_size = batch_size
-        self.loss = loss
-        self.max_epochs = max_epochs
-        self._started = None
-        self._epoch_started = None
-        self._first_iteration = 0
-        self._epoch_first_iteration = 0
-
-    def attach(self, engine) -> None:
-        engine.add_event_handler(Events.STARTED, self._start)
-        engine.add_event_handler(Events.EPOCH_STARTED, self._start_epoch)
-        engine.add_event_handler(Events.ITERATION_COMPLETED, self.report)
-
-    def _start(self, engine) -> None:
-        self._started, self._first_iteration = time.monotonic(), engine.state.iteration
-
-    def _start_epoch(self, engine) -> None:
-        self._epoch_started, self._epoch_first_iteration = time.monotonic(), engine.state.iteration
-
-    def report(self, engine) -> None:
-        state = engine.state
-        if state.iteration % self.every or sys.stdout is None:
-            return
-        now = time.monotonic()
-        parts = [self._position(state)]
-        if self.loss is not None and self.loss() is not None:
-            parts.append(f"loss {self.loss()[1]:.5g}")
-        done = state.iteration - self._epoch_first_iteration
-        rate = done / max(now - self._epoch_started, 1e-9)
-        speed = f"{_count(rate)} it/s"
-        if self.batch_size:
-            speed += f", {_count(rate * self.batch_size)} samples/s"
-        parts.append(speed)
-        parts.append(f"elapsed {_duration(now - self._started)}")
-        parts.append(self._eta(state, rate, now))
-        stamp = time.strftime("%Y-%m-%d %H:%M:%S")
-        # One write, where print() makes two.
-        sys.stdout.write(f"[{stamp}] {self.label} epoch {state.epoch}: {' | '.join(parts)}\n")
-
-    @staticmethod
-    def _position(state) -> str:
-        length = state.epoch_length
-        if not length:
-            return f"{state.iteration}/?"
-        done = (state.iteration - 1) % length + 1
-        return f"{done}/{length} ({done / length:.0%})"
-
-    def _eta(self, state, rate, now) -> str:
-        length = state.epoch_length
-        if not length:
-            return "ETA ?"
-        left = length - ((state.iteration - 1) % length + 1)
-        eta = f"ETA epoch {_duration(left / max(rate, 1e-9))}"
-        if self.max_epochs:
-            # The whole run's pace, evaluations and checkpoints included.
-            overall = (state.iteration - self._first_iteration) / max(now - self._started, 1e-9)
-            remaining = self.max_epochs * length - state.iteration
-            eta += f", run {_duration(remaining / max(overall, 1e-9))}"
-        return eta
-
-
 class PreemptionStop:
     """Ends a training run at an iteration boundary once preemption is requested (and, under
     DDP, agreed at a check point): the checkpoint is written, then Preempted is raised.
@@ -384,23 +292,3 @@ def ends_epoch(engine) -> bool:
     """Whether the engine's current iteration is its epoch's last."""
     length = engine.state.epoch_length
     return bool(length) and engine.state.iteration % length == 0
-
-
-# ignite's default bar, with tqdm's rate added.
-_BAR = (
-    "{desc}[{n_fmt}/{total_fmt}] {percentage:3.0f}%|{bar}{postfix} "
-    "[{elapsed}<{remaining}, {rate_fmt}]"
-)
-
-
-def attach_bars(trainer, engines, loss) -> None:
-    """tqdm bars: the trainer's shows the last loss read; tqdm shows it/s by itself."""
-    for engine in engines:
-        shown = None
-        if engine is trainer and loss is not None:
-
-            def shown(_output):
-                last = loss()
-                return {"loss": last[1]} if last is not None else {}
-
-        ProgressBar(persist=False, bar_format=_BAR).attach(engine, output_transform=shown)
