@@ -182,8 +182,43 @@ def test_resume_with_nothing_to_resume_warns_and_starts_fresh(make_cfg):
 def test_resume_with_a_changed_max_epochs_warns_about_the_schedule(make_cfg):
     sched = "gatle_ignite.schedulers.cosine"
     Trainer(0, make_cfg(max_epochs=2, lr_scheduler=sched)).fit()
-    with pytest.warns(UserWarning, match="old 2-epoch schedule"):
+    with pytest.warns(UserWarning, match="keeps its 2-epoch length"):
         Trainer(0, make_cfg(max_epochs=3, lr_scheduler=sched, resume=True)).fit()
+
+
+def _lrs_per_iteration(task) -> list:
+    """Fit ``task``, recording the lr each iteration trains with (after the schedule set it)."""
+    task.setup()
+    lrs = []
+    task.engines["trainer"].add_event_handler(
+        Events.ITERATION_STARTED, lambda _: lrs.append(task.optimizer.param_groups[0]["lr"])
+    )
+    task.fit()
+    return lrs
+
+
+@pytest.mark.parametrize(
+    ("schedule", "floor"),
+    [("gatle_ignite.schedulers.cosine", 0.0), ("gatle_ignite.schedulers.warmup_cosine", 1e-3)],
+)
+def test_a_resume_past_the_schedules_end_trains_on_at_its_floor(make_cfg, schedule, floor):
+    fields = {"lr_scheduler": schedule, "optimizer_params": {"lr": 0.1}}
+    Trainer(0, make_cfg(max_epochs=2, **fields)).fit()
+    with pytest.warns(UserWarning, match="keeps its 2-epoch length"):
+        extended = _lrs_per_iteration(Trainer(0, make_cfg(max_epochs=4, resume=True, **fields)))
+    assert len(extended) == 8 and extended == pytest.approx([floor] * 8)
+    # Extended once more: its checkpoints still know the schedule is the 2-epoch one.
+    with pytest.warns(UserWarning, match="keeps its 2-epoch length"):
+        again = _lrs_per_iteration(Trainer(0, make_cfg(max_epochs=5, resume=True, **fields)))
+    assert again == pytest.approx([floor] * 4)
+
+
+def test_an_accepted_max_epochs_stretches_the_schedule_instead(make_cfg):
+    fields = {"lr_scheduler": "gatle_ignite.schedulers.cosine", "optimizer_params": {"lr": 0.1}}
+    Trainer(0, make_cfg(max_epochs=2, **fields)).fit()
+    accepting = make_cfg(max_epochs=4, resume=True, accept_changes=["max_epochs"], **fields)
+    stretched = _lrs_per_iteration(Trainer(0, accepting))
+    assert stretched[0] > 0.01 and stretched == sorted(stretched, reverse=True)
 
 
 def test_resume_warns_about_state_the_checkpoint_lacks(make_cfg, tmp_path):

@@ -123,6 +123,23 @@ def test_ignites_info_lines_only_at_verbosity_2(tmp_path, verbosity):
     assert ("auto_dataloader" in done.stderr) == (verbosity == 2)
 
 
+def test_a_framework_warning_is_its_message_without_the_code_that_raised_it(tmp_path):
+    done = subprocess.run(
+        [sys.executable, "-m", "gatle_ignite", "train", f"--config={_config(tmp_path)}"]
+        + ["--override=resume=True", "--override=max_epochs=1"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stderr.splitlines()
+    warning = next(i for i, line in enumerate(lines) if "starts from scratch" in line)
+    assert lines[warning].startswith("warning: ")
+    # Python's format would add the raising file and its source line.
+    assert "UserWarning" not in done.stderr and ".py:" not in done.stderr
+
+
 def test_every_run_keeps_its_history_with_the_loss_every_log_every_steps(tmp_path, train):
     assert train(_config(tmp_path, logger_name=["text"], log_every=2))[0] == 0
     with open(tmp_path / "run" / "metrics.csv", newline="") as handle:
@@ -131,6 +148,34 @@ def test_every_run_keeps_its_history_with_the_loss_every_log_every_steps(tmp_pat
     assert losses == [("1", "2"), ("1", "4"), ("2", "6"), ("2", "8")]
     accuracy = [(row["epoch"], row["step"]) for row in rows if row["name"] == "valid/acc"]
     assert accuracy == [("1", "4"), ("2", "8")]
+
+
+def _history(save_dir) -> list:
+    with open(save_dir / "metrics.csv", newline="") as handle:
+        return [(row["name"], row["step"]) for row in csv.DictReader(handle)]
+
+
+@pytest.mark.parametrize("sinks", [["text"], ["text", "tensorboard"]])
+def test_a_resume_from_an_older_checkpoint_logs_the_retrained_stretch_once(
+    tmp_path, train, sinks
+):
+    config = _config(tmp_path, logger_name=sinks, log_every=2, n_saved=None)
+    assert train(config)[0] == 0
+    straight = _history(tmp_path / "run")
+    # The newest checkpoint lost: the resume trains epoch 2 again, and logs it again.
+    for newest in (tmp_path / "run").glob("*_2*.pt"):
+        newest.unlink()
+    assert train(config, "resume=True", "max_epochs=3")[0] == 0
+    history = _history(tmp_path / "run")
+    assert len(history) == len(set(history))
+    assert history[: len(straight)] == straight
+    if "tensorboard" in sinks:
+        from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+        events = EventAccumulator(str(tmp_path / "run" / "tensorboard"))
+        events.Reload()
+        steps = [event.step for event in events.Scalars("train/loss")]
+        assert steps == [2, 4, 6, 8, 10, 12]
 
 
 def test_pbar_shows_the_loss_and_still_prints_epoch_metrics(tmp_path, train):

@@ -8,6 +8,7 @@ message, the lines printed, and every file's bytes and modification time.
 import hashlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -343,10 +344,18 @@ def test_a_second_process_is_refused_and_a_killed_holder_blocks_nothing(tmp_path
 # ---- damaged files, the resume choice, rotation and leftovers ----
 
 DAMAGE = {
-    "random bytes": lambda path: path.write_bytes(os.urandom(4096)),
+    # Not 0x80 or "PK" first, which would make them the start of a pickle or a zip archive.
+    "random bytes": lambda path: path.write_bytes(b"\x00" + os.urandom(4095)),
     "text": lambda path: path.write_text("this is not a checkpoint\n"),
     "zero bytes": lambda path: path.write_bytes(b""),
     "truncated": lambda path: path.write_bytes(path.read_bytes()[: path.stat().st_size // 2]),
+}
+# What the warning says is wrong with each.
+WHY = {
+    "random bytes": "not a torch checkpoint: neither a zip archive nor a pickle",
+    "text": "not a torch checkpoint: neither a zip archive nor a pickle",
+    "zero bytes": "the file is empty",
+    "truncated": "truncated: a torch archive whose end is missing",
 }
 
 
@@ -361,7 +370,8 @@ def test_a_damaged_newest_checkpoint_is_skipped_for_resume_and_eval(tmp_path, cl
     config = _two_epochs(tmp_path, cli)
     newest = tmp_path / "toy" / "latest_epoch_checkpoint_2.pt"
     DAMAGE[damage](newest)
-    with pytest.warns(UserWarning, match="latest_epoch_checkpoint_2.pt, which does not load"):
+    why = re.escape(f"latest_epoch_checkpoint_2.pt, which does not load ({WHY[damage]}")
+    with pytest.warns(UserWarning, match=why):
         code, out, _err = cli("eval", config, ckpt="latest")
     assert code == 0 and "LOADING CHECKPOINT" in out and "latest_epoch_checkpoint_1.pt" in out
     with pytest.warns(UserWarning, match="latest_epoch_checkpoint_2.pt, which does not load"):
@@ -378,6 +388,16 @@ def test_a_damaged_best_file_is_skipped_for_the_next_best(tmp_path, cli):
     with pytest.warns(UserWarning, match="does not load"):
         code, out, _err = cli("eval", config, ckpt="best")
     assert code == 0 and "valid_best_result_checkpoint_1_0.5000.pt" in out
+
+
+def test_eval_says_the_checkpoints_are_damaged_not_missing(tmp_path, cli):
+    config = _two_epochs(tmp_path, cli)
+    for path in (tmp_path / "toy").glob("*.pt"):
+        DAMAGE["truncated"](path)
+    with pytest.warns(UserWarning, match="does not load"):
+        code, _out, err = cli("eval", config, ckpt="best")
+    assert code == 2 and "no 'best' checkpoint in" in err and "are damaged" in err
+    assert "Train first" not in err and "Traceback" not in err
 
 
 def test_eval_takes_a_path_and_refuses_a_damaged_one_without_a_traceback(tmp_path, cli):

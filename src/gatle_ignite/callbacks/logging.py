@@ -56,6 +56,10 @@ class Backend:
     def watch(self, model):
         pass
 
+    def rewind(self, step):
+        """The run resumed at ``step``: what was logged after it is trained and logged again,
+        so a sink that keeps a history drops it rather than holding it twice."""
+
     def finish(self, failed=False):
         pass
 
@@ -176,6 +180,10 @@ class LoggingCallback:
             if per_iteration and not getattr(sink, "per_iteration", True):
                 continue
             sink.log(metrics, step=step, epoch=epoch)
+
+    def rewind(self, step) -> None:
+        for sink in self.sinks:
+            sink.rewind(step)
 
     def follow_losses(self, check) -> None:
         """Log ``check``'s last read loss as ``train/loss`` at the per-iteration points."""

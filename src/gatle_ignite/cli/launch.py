@@ -25,6 +25,7 @@ import ignite.distributed as idist
 import torch
 from ml_collections import config_dict
 
+from gatle_ignite.cli.warning_lines import show_framework_warnings_plainly
 from gatle_ignite.dispatch import ConfigError, import_entrypoint
 from gatle_ignite.trainer.preemption import (
     EXIT_PREEMPTED,
@@ -75,6 +76,8 @@ def run_task(local_rank: int, cfg: config_dict.ConfigDict, job: Optional[Callabl
     task (what ``fit()`` returns), or the job's result, on every rank; under DDP the task's
     ``model`` is then the unwrapped module.
     """
+    if os.environ.get(_MARKS_DIR_VAR) is not None:
+        show_framework_warnings_plainly()  # a rank the CLI spawned, as the CLI shows them
     Trainer = import_entrypoint(cfg.main_runner, "Trainer", field="main_runner")
     task = Trainer(local_rank, cfg)
     with _peer_timeout_reported(cfg):

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from typing import Optional
 
 from gatle_ignite import __version__
+from gatle_ignite.cli.warning_lines import show_framework_warnings_plainly
 from gatle_ignite.dispatch import ConfigError
 
 __all__ = ["build_parser", "main", "report_config_error"]
@@ -291,6 +292,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     from gatle_ignite.trainer.preemption import Preempted
 
     args = build_parser().parse_args(argv)
+    show_framework_warnings_plainly()
     try:
         return _run_command(args)
     except ConfigError as error:

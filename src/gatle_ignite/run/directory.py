@@ -104,7 +104,7 @@ def latest_checkpoint(save_dir):
     """``(path, state)`` of the furthest-trained resumable checkpoint that loads, or None."""
     entries = indexed_view(save_dir, _read_manifest(save_dir))
     resumable = sorted((e for e in entries if e.resumable), key=Entry.progress_key, reverse=True)
-    return _loaded(save_dir, resumable)
+    return _loaded(save_dir, resumable, "latest")
 
 
 def eval_checkpoint(save_dir, which: str, prefix: str = "valid_"):
@@ -126,12 +126,23 @@ def eval_checkpoint(save_dir, which: str, prefix: str = "valid_"):
     entries = indexed_view(save_dir, _read_manifest(save_dir))
     bests = [e for e in entries if e.kind == "best" and e.engine == engine]
     bests.sort(key=lambda e: (e.score if e.score is not None else -math.inf, e.progress_key()))
-    return _loaded(save_dir, reversed(bests))
+    return _loaded(save_dir, list(reversed(bests)), "best")
 
 
-def _loaded(save_dir, entries):
+def _loaded(save_dir, entries: list, which: str):
+    """The first of ``entries`` that loads; None when there are none, and a config error when
+    every one is damaged, which is not the same as a run without checkpoints."""
     entry, state = first_loadable(save_dir, entries)
-    return None if entry is None else (Path(save_dir) / entry.file, state)
+    if entry is not None:
+        return Path(save_dir) / entry.file, state
+    if entries:
+        raise ConfigError(
+            f"no {which!r} checkpoint in {save_dir} can be loaded: the {len(entries)} there are "
+            f"damaged (each is named in a warning above).\n"
+            f"  Restore a good copy into {save_dir}, or name another checkpoint file "
+            f"(gatle-ignite eval --ckpt PATH)."
+        )
+    return None
 
 
 def _load_named(path: Path):
@@ -343,7 +354,9 @@ class RunDirectory:
         if epochs >= self.cfg.max_epochs:
             return (
                 f"NOTHING TO DO: the run in {self.path} has trained all {epochs} of its "
-                f"max_epochs.{best}\n  Raise max_epochs to train it further."
+                f"max_epochs.{best}\n  Raise max_epochs to train it further; the learning-rate "
+                f"schedule keeps its length unless you add "
+                f"--override \"accept_changes=['max_epochs']\"."
             )
         if manifest.state == "early-stopped" and not _patience_changed(manifest.config, payload):
             return (

@@ -43,7 +43,8 @@ class UnreadableCheckpoint(Exception):
 
 
 class RunMeta:
-    """Records max_epochs in each checkpoint, so a resume can warn about a stale LR schedule."""
+    """Records in each checkpoint the max_epochs the run's LR schedule was built for, so a
+    resume with another max_epochs can say the schedule keeps its length."""
 
     def __init__(self, max_epochs):
         self.max_epochs = max_epochs
@@ -114,10 +115,26 @@ def load_checkpoint_file(path, map_location="cpu", mmap: bool = False):
     except pickle.UnpicklingError as error:
         if "GLOBAL" in str(error) and _is_complete_pickle_of_objects(path):
             raise _refusal(path, error) from error
-        raise UnreadableCheckpoint(path, "not a checkpoint, or damaged") from error
+        raise UnreadableCheckpoint(path, _diagnosis(path, error)) from error
     except (OSError, RuntimeError, EOFError, ValueError, KeyError, IndexError, TypeError) as error:
+        raise UnreadableCheckpoint(path, _diagnosis(path, error)) from error
+
+
+def _diagnosis(path: Path, error: Exception) -> str:
+    """What is wrong with a file torch could not load, told from what the file is: torch's own
+    error for it is about its internals (a zip directory, a pickle opcode)."""
+    with open(path, "rb") as handle:
+        head = handle.read(4)
+    if zipfile.is_zipfile(path):
+        if isinstance(error, pickle.UnpicklingError):
+            return "a torch archive whose pickled state is damaged"
         first = (str(error).splitlines() or [type(error).__name__])[0]
-        raise UnreadableCheckpoint(path, f"damaged or not a checkpoint ({first[:120]})") from error
+        return f"a torch archive with damaged contents ({first[:120]})"
+    if head.startswith(b"PK\x03\x04"):
+        return "truncated: a torch archive whose end is missing (an interrupted write or copy)"
+    if head.startswith(b"\x80"):
+        return "a damaged or truncated checkpoint in torch's legacy (pickle) format"
+    return "not a torch checkpoint: neither a zip archive nor a pickle"
 
 
 def _open_sharded(path: Path):

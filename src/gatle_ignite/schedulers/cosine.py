@@ -21,9 +21,14 @@ def get_scheduler(
     cycle_epochs: Optional[int] = None,
     **kwargs: Any,
 ):
-    """One cosine cycle over ``cycle_epochs`` (default: the whole run), stepped per iteration."""
+    """One cosine cycle over ``cycle_epochs`` (default: the whole run), stepped per iteration.
+
+    A cycle over the whole run stays at ``end_value`` past its end, where a resume that raised
+    ``max_epochs`` takes it; explicit ``cycle_epochs`` restart at ``start_value`` each cycle.
+    """
     cycle_size = (cycle_epochs or cfg.max_epochs) * steps_per_epoch(cfg, train_dl)
-    scheduler = CosineAnnealingScheduler(
+    Schedule = CosineAnnealingScheduler if cycle_epochs else _CosineOverTheRun
+    scheduler = Schedule(
         optimizer,
         "lr",
         start_value=start_value if start_value is not None else base_lr(cfg, optimizer),
@@ -33,3 +38,13 @@ def get_scheduler(
         **kwargs,
     )
     return scheduler, "trainer", Events.ITERATION_STARTED
+
+
+class _CosineOverTheRun(CosineAnnealingScheduler):
+    """ignite's cosine, without the second cycle: a run trained past the schedule's end (its
+    ``max_epochs`` raised on a resume) goes on at the floor instead of back at the peak."""
+
+    def get_param(self) -> float:
+        if self.cycle > 0:
+            return self.end_value
+        return super().get_param()

@@ -25,12 +25,13 @@ def get_scheduler(
     lr_scale_factor: float = 0.01,
     **kwargs: Any,
 ):
-    """Warm up over ``warmup_epochs``, then anneal to ``lr * lr_scale_factor`` by the run's end."""
+    """Warm up over ``warmup_epochs``, then anneal to ``lr * lr_scale_factor`` by the run's end,
+    and stay there past it (a resume that raised ``max_epochs``)."""
     per_epoch = steps_per_epoch(cfg, train_dl)
     total = max(cfg.max_epochs * per_epoch, 1)
     lr = base_lr(cfg, optimizer)
     warmup = max(int(warmup_epochs * per_epoch), MIN_WARMUP_EVENTS)
-    cosine = CosineAnnealingLR(
+    cosine = _CosineToTheFloor(
         optimizer, T_max=max(total - warmup, 1), eta_min=lr * lr_scale_factor
     )
     scheduler = create_lr_scheduler_with_warmup(
@@ -41,3 +42,12 @@ def get_scheduler(
         **kwargs,
     )
     return scheduler, "trainer", Events.ITERATION_STARTED
+
+
+class _CosineToTheFloor(CosineAnnealingLR):
+    """torch's cosine, which climbs back up past ``T_max``; this one stays at ``eta_min``."""
+
+    def get_lr(self) -> list:
+        if self.last_epoch > self.T_max:
+            return [self.eta_min for _ in self.optimizer.param_groups]
+        return super().get_lr()

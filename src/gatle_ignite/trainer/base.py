@@ -355,6 +355,9 @@ class BaseTrainer:
         """Build, load, and attach every handler of a training run; returns the data to run."""
         self.setup()
         load_checkpoints(self)
+        if self.logger is not None and self.cfg.resume:
+            # What was logged after the checkpoint is trained again: no history holds it twice.
+            self.logger.rewind(self.engines["trainer"].state.iteration)
         self.attach_runner()
         trainer = self.engines["trainer"]
         # After the eval runners, so "latest" holds what that epoch's evaluation changed.

@@ -318,7 +318,7 @@ def _resume_from(trainer, state, accepted=()) -> None:
         ) from error
     if fresh is not None:
         apply_accepted_changes(trainer, fresh, accepted)
-    _warn_if_schedule_is_stale(trainer, objects["run_meta"].restored_max_epochs, accepted)
+    _keep_the_schedules_length(trainer, objects["run_meta"].restored_max_epochs, accepted)
 
 
 def _targets(trainer, objects: dict, state, strict: bool = True) -> dict:
@@ -334,16 +334,23 @@ def _targets(trainer, objects: dict, state, strict: bool = True) -> dict:
     return targets
 
 
-def _warn_if_schedule_is_stale(trainer, restored, accepted) -> None:
+def _keep_the_schedules_length(trainer, restored, accepted) -> None:
+    """Say that a restored schedule keeps the length it was built for, and have the run's
+    later checkpoints record that length, not this config's max_epochs."""
     max_epochs = trainer.cfg.max_epochs
     if trainer.scheduler is None or restored is None or restored == max_epochs or accepted:
         return
+    if trainer._latest is not None:
+        # The handlers share one to_save; its RunMeta is what each checkpoint records.
+        trainer._latest.to_save["run_meta"].max_epochs = restored
     warnings.warn(
         f"resuming a run made for max_epochs={restored} with max_epochs={max_epochs}: the "
-        f"learning rate still follows the old {restored}-epoch schedule.\n"
-        f"  Keep max_epochs={restored}, or fit the schedule to the new length with "
-        f"--override \"accept_changes=['max_epochs']\", or start fresh from the weights with "
-        f"resume=False and model_checkpoint_dir=<a latest_epoch checkpoint>.",
+        f"learning-rate schedule keeps its {restored}-epoch length (past its end the built-in "
+        f"cosine schedules stay at their floor).\n"
+        f"  To fit it to {max_epochs} epochs, --override \"accept_changes=['max_epochs']\" "
+        f"(the lr moves to where a {max_epochs}-epoch schedule is at this point), or start "
+        f"fresh from the weights: resume=False, model_checkpoint_dir=<a latest_epoch "
+        f"checkpoint>.",
         stacklevel=4,
     )
 

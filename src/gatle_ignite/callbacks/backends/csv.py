@@ -1,12 +1,15 @@
 """``<save_dir>/metrics.csv``: one row per logged value (wall time, epoch, step, name, value)."""
 
 import csv
+import io
 import json
 import numbers
 import os
 import time
+from pathlib import Path
 
 from gatle_ignite.callbacks.logging import Backend as BaseBackend
+from gatle_ignite.run.manifest import write_atomically
 
 __all__ = ["Backend"]
 
@@ -41,5 +44,24 @@ class Backend(BaseBackend):
         # What was logged before a crash or a kill is then on disk.
         self.file.flush()
 
+    def rewind(self, step):
+        self.file.close()
+        with open(self.path, newline="", encoding="utf-8") as handle:
+            rows = list(csv.reader(handle))
+        kept = [row for row in rows[1:] if not _after(row, step)]
+        text = io.StringIO()
+        csv.writer(text).writerows([HEADER, *kept])
+        write_atomically(Path(self.path), text.getvalue())
+        self.file = open(self.path, "a", newline="", encoding="utf-8")
+        self.writer = csv.writer(self.file)
+
     def finish(self, failed=False):
         self.file.close()
+
+
+def _after(row, step) -> bool:
+    """Whether a row was logged after ``step``; a row without a step is kept."""
+    try:
+        return int(row[HEADER.index("step")]) > step
+    except (IndexError, ValueError):
+        return False

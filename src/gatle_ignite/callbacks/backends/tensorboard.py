@@ -14,9 +14,9 @@ class Backend(BaseBackend):
 
     def __init__(self, cfg):
         super().__init__(cfg)
-        summary = import_extra("torch.utils.tensorboard", "tensorboard")
+        self.summary = import_extra("torch.utils.tensorboard", "tensorboard")
         self.log_dir = os.path.join(cfg.save_dir, "tensorboard")
-        self.writer = summary.SummaryWriter(log_dir=self.log_dir)
+        self.writer = self.summary.SummaryWriter(log_dir=self.log_dir)
 
     def log(self, metrics, step=None, epoch=None):
         at = step if step is not None else epoch
@@ -26,6 +26,11 @@ class Backend(BaseBackend):
                 self.writer.add_scalar(name, value, global_step=at)
         # So a crash or a kill loses nothing already logged.
         self.writer.flush()
+
+    def rewind(self, step):
+        # TensorBoard hides the events from purge_step on, in every file of the directory.
+        self.writer.close()
+        self.writer = self.summary.SummaryWriter(log_dir=self.log_dir, purge_step=step + 1)
 
     def finish(self, failed=False):
         self.writer.close()

@@ -1,0 +1,25 @@
+"""How the CLI shows warnings: gatle-ignite's own as one ``warning:`` line with its advice.
+
+Python prints a warning with the file, line number and source line that raised it. For the
+framework's warnings those are its internals, which read like a crash to a user; the message
+already says what happened and what to do. Other packages' warnings keep Python's format.
+"""
+
+import warnings
+from pathlib import Path
+
+__all__ = ["show_framework_warnings_plainly"]
+
+_PACKAGE = str(Path(__file__).resolve().parents[1])
+_python_format = warnings.formatwarning
+
+
+def _format(message, category, filename, lineno, line=None) -> str:
+    if str(filename).startswith(_PACKAGE):
+        return f"warning: {message}\n"
+    return _python_format(message, category, filename, lineno, line)
+
+
+def show_framework_warnings_plainly() -> None:
+    """Install the format for this process (the CLI's and each rank it spawns)."""
+    warnings.formatwarning = _format
