@@ -350,3 +350,13 @@ def test_an_added_model_param_reaches_the_model(tmp_path, monkeypatch, trained_t
     assert main(["train", f"--config={path}", "--override=model_params.dropout=0.25"]) == 0
     [task] = trained_tasks
     assert task.model.net[2].p == 0.25
+
+
+def test_a_builtin_named_without_its_package_gets_its_full_path(tmp_path, capsys):
+    path = write_config(tmp_path)
+    argv = ["config", f"--config={path}", "--override=optimizer_name=adamw"]
+    err = _config_error(capsys, argv)
+    assert "could not import 'adamw'" in err and "'gatle_ignite.optimizers.adamw'" in err
+    # A name the package does not have keeps the import advice.
+    err = _config_error(capsys, ["config", f"--config={path}", "--override=optimizer_name=nadam9"])
+    assert "gatle-ignite's own" not in err and "PYTHONPATH" in err

@@ -156,9 +156,7 @@ def _history(save_dir) -> list:
 
 
 @pytest.mark.parametrize("sinks", [["text"], ["text", "tensorboard"]])
-def test_a_resume_from_an_older_checkpoint_logs_the_retrained_stretch_once(
-    tmp_path, train, sinks
-):
+def test_a_resume_from_an_older_checkpoint_logs_the_retrained_stretch_once(tmp_path, train, sinks):
     config = _config(tmp_path, logger_name=sinks, log_every=2, n_saved=None)
     assert train(config)[0] == 0
     straight = _history(tmp_path / "run")

@@ -511,6 +511,17 @@ def test_status_says_what_a_run_directory_holds(tmp_path, cli, capsys):
     code, out = _status(tmp_path / "toy", capsys)
     assert code == 0
     assert "state:    completed" in out and "latest_epoch_checkpoint_2.pt" in out
+    assert "trained:  2 epoch(s), iteration 4" in out
+
+
+def test_status_tells_a_part_epoch_apart_from_a_whole_one(tmp_path, cli, capsys):
+    assert cli("train", _config(tmp_path))[0] == 0
+    manifest = _manifest(tmp_path / "toy")
+    manifest.update(state="preempted", trained_epoch=3, trained_iteration=5)
+    (tmp_path / "toy" / MANIFEST_FILE).write_text(json.dumps(manifest))
+    assert (
+        "trained:  2 epoch(s) and 1/2 iterations of epoch 3" in _status(tmp_path / "toy", capsys)[1]
+    )
 
 
 def test_status_exits_75_for_a_preempted_or_killed_run_and_1_for_a_failed_one(
@@ -532,6 +543,8 @@ def test_status_exits_75_for_a_preempted_or_killed_run_and_1_for_a_failed_one(
 def test_status_of_a_directory_without_a_run_is_a_config_error(tmp_path, capsys):
     assert main(["status", str(tmp_path)]) == 2
     assert "holds no gatle-ignite run" in capsys.readouterr().err
+    assert main(["status", str(tmp_path / "nowhere")]) == 2
+    assert "nowhere does not exist" in capsys.readouterr().err
 
 
 # ---- under two ranks ----

@@ -2,6 +2,7 @@
 
 import importlib
 import inspect
+import pkgutil
 
 __all__ = [
     "CONTRACTS",
@@ -111,11 +112,24 @@ def import_module_from_path(path, field=None):
     try:
         return importlib.import_module(path)
     except ImportError as error:
-        raise ConfigError(
-            f"could not import '{path}'{_origin(field)}: {error}\n"
-            f"  Check that it is importable from here (run from the project root, or fix "
-            f"PYTHONPATH / install the missing package)."
-        ) from error
+        builtin = _builtin_named_like(path)
+        fix = (
+            f"  gatle-ignite's own is {' or '.join(repr(b) for b in builtin)}: write its full path."
+            if builtin
+            else "  Check that it is importable from here (run from the project root, or fix "
+            "PYTHONPATH / install the missing package)."
+        )
+        raise ConfigError(f"could not import '{path}'{_origin(field)}: {error}\n{fix}") from error
+
+
+def _builtin_named_like(path: str) -> list:
+    """The package's modules named as ``path`` ends, for a built-in written without its package
+    (``adamw`` for ``gatle_ignite.optimizers.adamw``)."""
+    import gatle_ignite
+
+    last = path.rsplit(".", 1)[-1]
+    modules = pkgutil.walk_packages(gatle_ignite.__path__, "gatle_ignite.", onerror=lambda _: None)
+    return [m.name for m in modules if m.name.rsplit(".", 1)[-1] == last and m.name != path]
 
 
 def import_entrypoint(path, attr, field=None):

@@ -27,6 +27,8 @@ _EXIT_CODES = {
 
 
 def _read(save_dir: Path) -> Manifest:
+    if not save_dir.is_dir():
+        raise ConfigError(f"{save_dir} does not exist.\n  Give the save_dir of a run.")
     try:
         manifest = Manifest.read(save_dir)
     except (ValueError, TypeError) as error:
@@ -37,6 +39,17 @@ def _read(save_dir: Path) -> Manifest:
             f"  Give the save_dir of a run; a 0.4 run directory gets one at its next resume."
         )
     return manifest
+
+
+def _progress(manifest) -> str:
+    """How far the run trained, in whole epochs and the part of the next one."""
+    iteration, length = manifest.trained_iteration, manifest.epoch_length
+    if not length:
+        return f"iteration {iteration} (epoch {manifest.trained_epoch})"
+    epochs, part = divmod(iteration, length)
+    if not part:
+        return f"{epochs} epoch(s), iteration {iteration}"
+    return f"{epochs} epoch(s) and {part}/{length} iterations of epoch {epochs + 1}"
 
 
 def _checkpoint_line(entry) -> str:
@@ -57,7 +70,7 @@ def run_status(save_dir) -> int:
     print(f"state:    {state}{reason}")
     if live is not None:
         print(f"held by:  pid {live.get('pid')} on {live.get('host')}: {live.get('command')}")
-    print(f"trained:  epoch {manifest.trained_epoch}, iteration {manifest.trained_iteration}")
+    print(f"trained:  {_progress(manifest)}")
     print(f"config:   {manifest.config_fingerprint}, last written {manifest.updated}")
     print("checkpoints:")
     for entry in sorted(manifest.checkpoints, key=lambda e: (e.kind, e.progress_key())):

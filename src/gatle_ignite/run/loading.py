@@ -8,6 +8,7 @@ objects, which is refused outright, because loading it anyway would run what it 
 
 import pickle
 import pickletools
+import re
 import zipfile
 from pathlib import Path
 from typing import Optional
@@ -86,12 +87,13 @@ def _is_complete_pickle_of_objects(path) -> bool:
 
 
 def _refusal(path, error) -> ConfigError:
-    detail = next((line.strip() for line in str(error).splitlines() if "GLOBAL" in line), "")
+    named = re.search(r"GLOBAL ([\w.]+)", str(error))
+    what = f" (it names {named.group(1)})" if named else ""
     return ConfigError(
         f"refusing to load {path}: it holds objects other than tensors and plain Python "
-        f"values, which could run code when unpickled.\n"
+        f"values, which could run code when unpickled{what}.\n"
         f"  Nothing was executed. Only load checkpoints you trust, re-saved as plain state "
-        f"dicts. ({detail[:200]})"
+        f"dicts."
     )
 
 
