@@ -70,8 +70,10 @@ def project(tmp_path, capsys):
 
 @pytest.mark.parametrize("name", ["9lives", "my-project", "class"])
 def test_unusable_names_are_refused(name, tmp_path):
-    with pytest.raises(ConfigError, match="is not a usable project name"):
+    with pytest.raises(ConfigError, match="is not a usable project name") as info:
         init_project(name, str(tmp_path))
+    # The name reaches Python only through the trainer's dotted path.
+    assert f"'trainer.{name}_trainer'" in str(info.value)
     assert list(tmp_path.iterdir()) == []
 
 
@@ -205,6 +207,7 @@ def test_readme_names_every_directory_and_real_builtins(project):
     assert f"gatle-ignite train --config=configs/{NAME}_v0.py" in text
     assert f"configs/{NAME}_v1.py" in text
     assert "configs/base_utils.py" in text
+    assert "`docs/getting-started.md`" in text
     entrypoints = {
         "losses": "Loss",
         "optimizers": "get_optimizer",

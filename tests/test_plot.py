@@ -134,7 +134,19 @@ def test_a_run_without_metrics_csv_is_a_config_error(epoch_run, tmp_path, capsys
     assert main(["plot", str(epoch_run), str(bare), "--out", str(out)]) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"\nconfig error: {bare} has no metrics.csv.")
-    assert "logger_name=['text','csv']" in err and "Traceback" not in err
+    # Every training run writes metrics.csv: no logger setting is the remedy.
+    assert "every run writes its metrics.csv" in err
+    assert "logger_name" not in err and "Traceback" not in err
+    assert not out.exists()
+
+
+def test_a_path_that_does_not_exist_is_a_config_error(epoch_run, tmp_path, capsys):
+    missing = tmp_path / "missing"
+    out = tmp_path / "never.png"
+    assert main(["plot", str(epoch_run), str(missing), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"\nconfig error: {missing} does not exist.")
+    assert "metrics.csv" not in err and "Traceback" not in err
     assert not out.exists()
 
 

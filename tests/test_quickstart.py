@@ -25,14 +25,18 @@ TRAIN = (
 RUNS = [("train", TRAIN), ("test", "python -m pytest")]
 
 
-def _readme_install_lines() -> list[str]:
-    """The pip lines of the README's manual install, in order."""
-    block = README.split("## Quick start", 1)[1].split("## Install", 1)[0]
+def _pip_lines(text: str) -> list[str]:
+    """The ``pip install`` lines of ``text``, in order, without their comments."""
     return [
         line.split("#")[0].strip()
-        for line in block.splitlines()
+        for line in text.splitlines()
         if line.lstrip().startswith("pip install")
     ]
+
+
+def _readme_install_lines() -> list[str]:
+    """The pip lines of the README's manual install, in order."""
+    return _pip_lines(README.split("## Quick start", 1)[1].split("## Install", 1)[0])
 
 
 def _dry_run(target: str, venv: Path) -> list[str]:
@@ -99,6 +103,13 @@ def test_the_readme_states_the_install_the_makefile_runs():
     ]
     quick_start = README.split("## Quick start", 1)[1].split("## Install", 1)[0]
     assert "make train" in quick_start and "make test" in quick_start
+
+
+def test_getting_started_states_the_same_source_install():
+    page = (ROOT / "docs" / "getting-started.md").read_text()
+    # The first code block after the sentence that introduces the source install.
+    block = page.split("From a source checkout", 1)[1].split("```", 2)[1]
+    assert _pip_lines(block) == _readme_install_lines()
 
 
 def test_ci_sets_up_and_tests_through_the_same_targets():

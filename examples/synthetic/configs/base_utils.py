@@ -1,4 +1,4 @@
-"""Where the synthetic example keeps things on disk: the only module that knows paths."""
+"""Where this task keeps things on disk: the only module that knows paths."""
 
 from pathlib import Path
 

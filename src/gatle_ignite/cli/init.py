@@ -20,8 +20,11 @@ SUFFIX = "-tpl"
 def _validate(name):
     if not name.isidentifier() or keyword.iskeyword(name):
         raise ConfigError(
-            f"{name!r} is not a usable project name: it becomes a directory that Python imports.\n"
-            f"  Use an identifier that is not a keyword, e.g. 'my_project'."
+            f"{name!r} is not a usable project name: it must be a Python identifier that is "
+            f"not a keyword.\n"
+            f"  It is part of the module path the config imports the trainer from, "
+            f"'trainer.{name}_trainer'.\n"
+            f"  Use a name such as 'my_project'."
         )
     if name == "gatle_ignite":
         raise ConfigError(

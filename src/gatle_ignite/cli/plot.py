@@ -1,8 +1,9 @@
 """``gatle-ignite plot RUN_DIR... --out FILE.png``: runs' curves, one panel per metric.
 
-The history is each run's ``metrics.csv`` (the csv backend's rows: wall_time, epoch, step,
-name, value). A panel's x axis is the global iteration (``step``) when every row it draws
-has one; rows written before the epoch metrics carried a step fall back to the epoch.
+The history is the ``metrics.csv`` every training run writes into its save_dir (rows:
+wall_time, epoch, step, name, value). A panel's x axis is the global iteration (``step``) when
+every row it draws has one; rows written before the epoch metrics carried a step fall back to
+the epoch.
 """
 
 import csv
@@ -56,12 +57,13 @@ def _whole_number(cell: str) -> Optional[int]:
 
 def read_history(run_dir: Union[str, os.PathLike]) -> dict:
     """The run's ``metrics.csv`` as ``{metric name: [Point, ...]}``."""
+    if not os.path.exists(run_dir):
+        raise ConfigError(f"{run_dir} does not exist.\n  Give the save_dir of a training run.")
     path = Path(run_dir) / HISTORY_FILE
     if not path.is_file():
         raise ConfigError(
             f"{run_dir} has no {HISTORY_FILE}.\n"
-            f"  Give the save_dir of a run that logged with the csv backend, e.g. trained with "
-            f"--override \"logger_name=['text','csv']\"."
+            f"  Give the save_dir of a training run: every run writes its {HISTORY_FILE} there."
         )
     return read_history_file(path)
 
