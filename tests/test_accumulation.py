@@ -118,4 +118,5 @@ def test_an_overridden_train_step_with_accumulation_warns(make_cfg):
 
 def test_no_warning_for_the_base_train_step(make_cfg, recwarn):
     Trainer(0, make_cfg(accum_steps=2)).setup()
-    assert not [w for w in recwarn if "train_step" in str(w.message)]
+    # By its words: another test's leaked file, collected here, may warn with its path.
+    assert not [w for w in recwarn if "overrides train_step" in str(w.message)]
