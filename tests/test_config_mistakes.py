@@ -360,3 +360,11 @@ def test_a_builtin_named_without_its_package_gets_its_full_path(tmp_path, capsys
     # A name the package does not have keeps the import advice.
     err = _config_error(capsys, ["config", f"--config={path}", "--override=optimizer_name=nadam9"])
     assert "gatle-ignite's own" not in err and "PYTHONPATH" in err
+
+
+def test_train_names_a_bad_dotted_path_before_anything_else(tmp_path, capsys):
+    path = write_config(tmp_path)
+    argv = ["train", f"--config={path}", "--override=model_name=nowhere.model"]
+    err = _config_error(capsys, argv)
+    assert "do not resolve" in err and "nowhere.model" in err
+    assert fixture_trainer.CALLS == [] and not (tmp_path / "cfg_run").exists()

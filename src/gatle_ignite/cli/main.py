@@ -178,19 +178,25 @@ def _prepare(args: argparse.Namespace, path: str):
     return cfg
 
 
-def _check_configs(args: argparse.Namespace, paths: list[str]) -> int:
+def _check_components(cfg) -> None:
+    """Every dotted path imports and every named backend's extra is installed: all such
+    mistakes at once, before a run directory is touched or a job waits in a queue."""
     from gatle_ignite.callbacks.logging import check_extra_installed
-    from gatle_ignite.callbacks.run_record import redacted_config_text
     from gatle_ignite.config.validate import check_dispatch
+
+    check_dispatch(cfg)
+    for backend in cfg.get("logger_name", None) or ():
+        check_extra_installed(backend)
+
+
+def _check_configs(args: argparse.Namespace, paths: list[str]) -> int:
+    from gatle_ignite.callbacks.run_record import redacted_config_text
 
     for path in paths:
         print(f"===== {path} =====")
         cfg = _prepare(args, path)
         print(redacted_config_text(cfg))
-        check_dispatch(cfg)
-        # Here, not only when training builds the backends, which can be hours in a queue later.
-        for backend in cfg.get("logger_name", None) or ():
-            check_extra_installed(backend)
+        _check_components(cfg)
         print()
         print("all dotted paths resolve.")
         if args.dry_run:
@@ -228,6 +234,7 @@ def _train(args: argparse.Namespace, paths: list[str]) -> int:
     from gatle_ignite.cli.summary import print_run_summary
 
     cfg = _prepare(args, paths[0])
+    _check_components(cfg)
     started = time.monotonic()
     launch.launch(cfg)
     print_run_summary(cfg, paths[0], args.override, time.monotonic() - started)

@@ -203,8 +203,7 @@ def _check_new_key(key: str, parts: Sequence[str], group) -> None:
     near = closest(leaf, [str(name) for name in group.keys()], TYPO_CUTOFF)
     if near is not None:
         raise ConfigError(
-            f"cannot add '{key}': it looks like a misspelling of '{parent}.{near}'"
-            f"{_did_you_mean(near)}\n"
+            f"cannot add '{key}': it looks like a misspelling of '{parent}.{near}'.\n"
             f"  To add a key this close to an existing one, set it in get_config()."
         )
 
