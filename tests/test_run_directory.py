@@ -111,6 +111,8 @@ def test_a_crashed_run_is_recorded_as_failed(tmp_path, cli):
     manifest = _manifest(tmp_path / "toy")
     assert manifest["state"] == "failed"
     assert manifest["stop_reason"].startswith("RuntimeError")
+    # The iteration it failed in never finished.
+    assert (manifest["trained_epoch"], manifest["trained_iteration"]) == (0, 0)
 
 
 # ---- a finished run resumed ----

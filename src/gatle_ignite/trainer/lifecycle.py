@@ -61,7 +61,11 @@ def recorded_run(trainer):
             settle_writes(trainer, quietly=True)
             trainer.teardown(failed=True)
         finally:
-            trainer.run_dir.close(*_interrupted(error), trainer=trainer.engines.get("trainer"))
+            # Preempted, it saved where it stopped; failed, the iteration it stopped in never
+            # finished, so its progress stays what its checkpoints hold.
+            state, reason = _interrupted(error)
+            engine = trainer.engines.get("trainer") if state == "preempted" else None
+            trainer.run_dir.close(state, reason, trainer=engine)
         raise
     try:
         settle_writes(trainer)
