@@ -568,6 +568,20 @@ def _cli_process(config, *overrides):
 
 @pytest.mark.slow
 @pytest.mark.timeout(400)
+def test_a_rank_aborting_at_exit_after_a_refusal_still_ends_in_the_config_error(tmp_path):
+    # gloo may abort a rank as it exits; torch then reports that rank's signal.
+    config = _config(
+        tmp_path, max_epochs=1, main_runner="tests.toy.dist_trainer", fault_abort_at_exit_rank=-1
+    )
+    assert _cli_process(config).returncode == 0
+    refused = _cli_process(config, "fault_abort_at_exit_rank=1")
+    assert refused.returncode == 2, refused.stderr[-2000:]
+    assert refused.stderr.count("config error: save_dir") == 1
+    assert "Traceback" not in refused.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(400)
 def test_two_ranks_keep_one_manifest_refuse_together_and_resume(tmp_path):
     config = _config(tmp_path, max_epochs=1, main_runner="tests.toy.dist_trainer")
     assert _cli_process(config).returncode == 0

@@ -5,7 +5,7 @@ inject faults chosen by project fields of the config: ``fault_nan_rank`` / ``fau
 (a NaN loss on one rank from that iteration on), ``fault_crash_rank`` / ``fault_crash_at``
 (an exception on one rank at that iteration), ``fault_sigterm_rank`` / ``fault_sigterm_at`` (that
 rank signals itself SIGTERM at that iteration), ``fault_abort_at_exit_rank`` (that rank aborts
-at interpreter exit, after its run is done, as gloo sometimes does), ``fault_stall_rank`` /
+at interpreter exit, however its run ended, as gloo sometimes does), ``fault_stall_rank`` /
 ``fault_stall_at`` (one rank sleeps for good in that iteration, its peers waiting in the
 gradient all-reduce); ``ballast_mb`` adds that much extra state to every checkpoint, so that
 writing one takes long enough to be interrupted, and ``iter_sleep_s`` slows every iteration
@@ -40,6 +40,12 @@ class Ballast:
 
 
 class Trainer(ToyTrainer):
+    def __init__(self, local_rank, cfg):
+        super().__init__(local_rank, cfg)
+        # From the start, so that a run refused before setup() aborts at exit too.
+        if idist.get_rank() == cfg.get("fault_abort_at_exit_rank", -1):
+            atexit.register(os.abort)
+
     def extra_to_save(self):
         megabytes = self.cfg.get("ballast_mb", 0)
         if not megabytes:
@@ -55,8 +61,6 @@ class Trainer(ToyTrainer):
         self.probe = {"train_batches": [], "eval_batches": [], "allreduce_calls": 0}
         self._count_gradient_allreduces()
         self.engines["trainer"].add_event_handler(Events.COMPLETED, self._write_probe)
-        if idist.get_rank() == self.cfg.get("fault_abort_at_exit_rank", -1):
-            atexit.register(os.abort)
         if "run" in self.cfg:
             for key in ("evaluator", "tester"):
                 if self.engines.get(key) is not None:

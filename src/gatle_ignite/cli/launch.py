@@ -106,6 +106,7 @@ def _run_and_mark(task, cfg: config_dict.ConfigDict, local_rank: int, job=None):
         if os.environ.get(_MARKS_DIR_VAR) is None:
             raise  # this process is the CLI's: it reports the error
         # A spawned rank: torch would print its traceback; the fix is what the user needs.
+        _RankMarks.leave("config_error", local_rank)
         if idist.get_rank() == 0:
             from gatle_ignite.cli.main import report_config_error
 
@@ -170,7 +171,8 @@ class _RankMarks:
     """A folder where each rank this launcher spawned marks how its run ended.
 
     ``finished-<local rank>`` once its run is done, ``preempted-<local rank>`` once it saved
-    its preemption checkpoint; a rank that ends with neither failed.
+    its preemption checkpoint, ``config_error-<local rank>`` when it stops on a config error; a
+    rank that ends with none of them failed.
     """
 
     def __init__(self, folder: str):
@@ -382,6 +384,10 @@ def _ranks_supervised(nproc: int, marks: _RankMarks):
         except torch.multiprocessing.ProcessExitedException as error:
             if killed_by:
                 raise SystemExit(_killed_message(killed_by[0])) from None
+            if marks.count("config_error"):
+                # Whichever rank torch names (one may abort in gloo's teardown as it exits),
+                # the run ended on a config error, which rank 0 has printed.
+                raise SystemExit(EXIT_CONFIG_ERROR) from None
             if error.exit_code == EXIT_PREEMPTED:
                 raise Preempted(
                     "the ranks were preempted and wrote a resumable checkpoint.\n"
