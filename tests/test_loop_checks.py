@@ -243,3 +243,13 @@ def test_a_sigterm_on_one_rank_preempts_every_rank_within_check_every(tmp_path):
     assert done.returncode == EXIT_PREEMPTED, done.stdout[-2000:] + done.stderr[-2000:]
     assert "PREEMPTED by" in done.stdout and "after iteration 8" in done.stdout
     assert (tmp_path / "run" / "latest_iter_checkpoint_8.pt").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_a_preempted_run_exits_75_even_when_a_rank_aborts_as_it_exits(tmp_path):
+    done = _two_ranks(
+        tmp_path, fault_sigterm_rank=0, fault_sigterm_at=3, fault_abort_at_exit_rank=1
+    )
+    assert done.returncode == EXIT_PREEMPTED, done.stdout[-2000:] + done.stderr[-2000:]
+    assert (tmp_path / "run" / "latest_iter_checkpoint_8.pt").exists()

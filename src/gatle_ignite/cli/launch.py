@@ -388,7 +388,8 @@ def _ranks_supervised(nproc: int, marks: _RankMarks):
                 # Whichever rank torch names (one may abort in gloo's teardown as it exits),
                 # the run ended on a config error, which rank 0 has printed.
                 raise SystemExit(EXIT_CONFIG_ERROR) from None
-            if error.exit_code == EXIT_PREEMPTED:
+            if error.exit_code == EXIT_PREEMPTED or marks.count("preempted") == nproc:
+                # Every rank saved and stopped; one may have aborted in gloo's teardown after.
                 raise Preempted(
                     "the ranks were preempted and wrote a resumable checkpoint.\n"
                     "  Run the same command with --override resume=True to continue."
