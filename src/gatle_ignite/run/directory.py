@@ -63,9 +63,10 @@ class Plan:
 def entry_for(path: Path, progress: Optional[tuple] = None) -> Entry:
     """An index entry for a checkpoint on disk, from its name and, when given, its progress."""
     entry = parse_checkpoint_name(path.name)
-    epoch, iteration = progress if progress is not None else (None, None)
-    entry.epoch = epoch if epoch is not None else entry.epoch
-    entry.iteration = iteration if iteration is not None else entry.iteration
+    if progress is not None:
+        epoch, iteration = progress
+        entry.epoch = epoch if epoch is not None else entry.epoch
+        entry.iteration = iteration if iteration is not None else entry.iteration
     return entry
 
 

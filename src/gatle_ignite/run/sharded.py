@@ -134,14 +134,11 @@ class _HostStager:
     """DCP's staging step for the run's background writes: the state copied to host memory,
     into the buffers of the previous copy when they fit (see ``host_copy``)."""
 
-    _synchronize_after_execute = True
+    # DCP asks it, then calls synchronize_staging, which has nothing to wait for.
+    should_synchronize_after_execute = True
 
     def __init__(self, writes):
         self.writes = writes
-
-    @property
-    def should_synchronize_after_execute(self) -> bool:
-        return self._synchronize_after_execute
 
     def stage(self, state_dict):
         from gatle_ignite.run.saving import host_copy
