@@ -14,6 +14,8 @@ from ml_collections import config_dict
 
 from gatle_ignite.cli import launch
 from gatle_ignite.dispatch import ConfigError
+from gatle_ignite.launch.task import peer_timeout_reported
+from gatle_ignite.launch.world import existing_world
 
 TESTS_DIR = Path(__file__).resolve().parent
 PORTS = range(49152, 65536)
@@ -108,7 +110,7 @@ def exits(monkeypatch):
 
 
 def test_a_collective_timeout_is_one_message_on_stderr_and_exit_69(capsys, exits):
-    with pytest.raises(SystemExit), launch._peer_timeout_reported(_cfg(dist_timeout=5)):
+    with pytest.raises(SystemExit), peer_timeout_reported(_cfg(dist_timeout=5)):
         raise RuntimeError(GLOO_TIMEOUT)
     assert exits == [launch.EXIT_PEER_TIMEOUT] == [69]
     err = capsys.readouterr().err
@@ -117,13 +119,13 @@ def test_a_collective_timeout_is_one_message_on_stderr_and_exit_69(capsys, exits
 
 
 def test_without_dist_timeout_the_message_names_torchs_default(capsys, exits):
-    with pytest.raises(SystemExit), launch._peer_timeout_reported(_cfg()):
+    with pytest.raises(SystemExit), peer_timeout_reported(_cfg()):
         raise RuntimeError(GLOO_TIMEOUT)
     assert "more than torch's default (dist_timeout unset)" in capsys.readouterr().err
 
 
 def test_other_errors_pass_through_the_timeout_report(capsys, exits):
-    with pytest.raises(RuntimeError, match="DataLoader"), launch._peer_timeout_reported(_cfg()):
+    with pytest.raises(RuntimeError, match="DataLoader"), peer_timeout_reported(_cfg()):
         raise RuntimeError("DataLoader timed out after 5 seconds")
     assert capsys.readouterr().err == "" and exits == []
 
@@ -422,7 +424,7 @@ def test_an_existing_world_is_recognised(monkeypatch, env, expected):
             monkeypatch.delenv(key)
     for key, value in env.items():
         monkeypatch.setenv(key, value)
-    assert launch._existing_world() == expected
+    assert existing_world() == expected
 
 
 def test_a_torchrun_rank_joins_its_world_and_keeps_its_rendezvous(monkeypatch, parallel):

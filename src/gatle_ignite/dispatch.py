@@ -3,6 +3,7 @@
 import importlib
 import inspect
 import pkgutil
+import sys
 
 __all__ = [
     "CONTRACTS",
@@ -10,11 +11,21 @@ __all__ = [
     "call_with_params",
     "import_entrypoint",
     "import_module_from_path",
+    "report_config_error",
 ]
 
 
 class ConfigError(Exception):
     """A config names something that cannot be resolved, or a value is missing or invalid."""
+
+
+def report_config_error(error: ConfigError) -> None:
+    """Print ``config error: ...`` on stderr: the message and its fix, no traceback."""
+    from gatle_ignite.redaction import redact_text  # ml_collections: not for `--version`
+
+    # The last line of defence: a message built anywhere may quote a URL with credentials.
+    print(file=sys.stderr)
+    print(f"config error: {redact_text(str(error))}", file=sys.stderr, flush=True)
 
 
 # (label, entrypoint, contract, top-level fields check_dispatch resolves against the entrypoint)

@@ -1,16 +1,24 @@
 """What a run records about its own config: redacted, JSON-able, and written to ``config.json``.
 
-One rule decides what is secret, for every place a config is shown or recorded: ``config.json``,
-the backends, ``gatle-ignite config`` and config error messages.
+What is secret is decided in :mod:`gatle_ignite.redaction`; its names are re-exported here, where
+0.4-era code imports them.
 """
 
 import json
 import os
-import re
 from pathlib import Path
 
 from ml_collections import config_dict
 
+from gatle_ignite.redaction import (
+    REDACTED,
+    SECRET_SUFFIXES,
+    config_payload,
+    is_secret_name,
+    is_secret_path,
+    redact_text,
+    shown_value,
+)
 from gatle_ignite.run.identity import flatten
 from gatle_ignite.run.layout import CONFIG_FILE
 from gatle_ignite.run.manifest import write_atomically
@@ -28,90 +36,6 @@ __all__ = [
     "shown_value",
     "write_config_json",
 ]
-
-# The original rule, kept within the new one so that no field it redacted is shown now.
-SECRET_SUFFIXES = ("_url", "_key", "_token", "_secret")
-REDACTED = "<redacted>"
-
-# A name holding one of these words is a credential wherever the word stands.
-_SECRET_WORDS = frozenset(
-    {"password", "passwd", "secret", "token", "apikey", "credential", "credentials"}
-)
-# These only at the end: `api_key` and `discord_url` are secrets, `key_dim` and `url_base` not.
-_SECRET_LAST_WORDS = frozenset({"key", "url"})
-# Upper-case runs ("API" in "APIKey") or capitalised words; `_`, `-` and digits fall between.
-_WORD = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+")
-# The userinfo of a URL: everything between "scheme://" and the last "@" before the path.
-_URL_USERINFO = re.compile(r"([A-Za-z][A-Za-z0-9+.\-]*://)[^\s/?#]*@")
-
-
-def _words(name: str) -> list:
-    return [word.lower() for word in _WORD.findall(name)]
-
-
-def is_secret_name(name) -> bool:
-    """Whether a field called ``name`` holds a credential (``password``, ``apiKey``, ``db_url``).
-
-    Its words (split on ``_``, ``-``, digits and camelCase, compared lower-case) hold password,
-    passwd, secret, token, apikey or credential(s), or its last word is ``key`` or ``url``.
-    """
-    if not isinstance(name, str):
-        return False
-    if name.lower().endswith(SECRET_SUFFIXES):
-        return True
-    words = _words(name)
-    return bool(words) and (words[-1] in _SECRET_LAST_WORDS or not _SECRET_WORDS.isdisjoint(words))
-
-
-def redact_text(text: str) -> str:
-    """``text`` with the userinfo of every URL in it replaced: ``https://<redacted>@host/x``."""
-    return _URL_USERINFO.sub(rf"\1{REDACTED}@", text)
-
-
-def _is_unset(value) -> bool:
-    return value is None or (isinstance(value, str) and not value)
-
-
-def _redact(value):
-    """``value`` with secret-named fields and URL userinfo redacted, at any depth."""
-    if isinstance(value, (dict, config_dict.ConfigDict)):
-        return {_redact(key): _redact_field(key, inner) for key, inner in value.items()}
-    if isinstance(value, list):
-        return [_redact(item) for item in value]
-    if isinstance(value, tuple):
-        return tuple(_redact(item) for item in value)
-    if isinstance(value, str):
-        return redact_text(value)
-    return value
-
-
-def _redact_field(name, value):
-    # An unset credential stays visibly unset, so that a missing one can be noticed.
-    if is_secret_name(name) and not _is_unset(value):
-        return REDACTED
-    return _redact(value)
-
-
-def is_secret_path(path: str) -> bool:
-    """Whether the dotted field ``path`` is secret: it is, or lies within, a secret-named field."""
-    return any(is_secret_name(part) for part in path.split("."))
-
-
-def shown_value(path: str, value) -> str:
-    """How an error message may show ``value`` of the dotted field ``path``: never a secret."""
-    if is_secret_path(path) and not _is_unset(value):
-        return REDACTED
-    # The repr of what _redact does not walk (a set, an object) is still scrubbed of URLs.
-    return redact_text(repr(_redact(value)))
-
-
-def config_payload(cfg) -> dict:
-    """The whole config as plain JSON types, with every secret field and URL userinfo redacted."""
-    if hasattr(cfg, "to_json_best_effort"):
-        plain = json.loads(cfg.to_json_best_effort())
-    else:
-        plain = json.loads(json.dumps(dict(cfg), default=str))
-    return _redact(plain)
 
 
 def redacted_config_text(cfg) -> str:

@@ -8,8 +8,8 @@ from collections.abc import Sequence
 from typing import Optional
 
 from gatle_ignite import __version__
-from gatle_ignite.cli.warning_lines import show_framework_warnings_plainly
-from gatle_ignite.dispatch import ConfigError
+from gatle_ignite.dispatch import ConfigError, report_config_error
+from gatle_ignite.utils.warning_lines import show_framework_warnings_plainly
 
 __all__ = ["build_parser", "main", "report_config_error"]
 
@@ -216,27 +216,27 @@ def _one_path(command: str, paths: list[str]) -> str:
 
 
 def _evaluate(args: argparse.Namespace, paths: list[str]) -> int:
-    from gatle_ignite.cli import launch
+    from gatle_ignite.launch import launcher
 
     cfg = _prepare(args, _one_path("eval", paths))
     cfg.run = True
     cfg.load_from_ckpt = args.ckpt
-    launch.launch(cfg)
+    launcher.launch(cfg)
     return 0
 
 
 def _train(args: argparse.Namespace, paths: list[str]) -> int:
-    from gatle_ignite.cli import launch
+    from gatle_ignite.launch import launcher
 
     if len(paths) > 1:
         # Each child loads and validates its own config; the parent only fans out.
-        return launch.launch_many(paths, [f"--override={item}" for item in args.override])
+        return launcher.launch_many(paths, [f"--override={item}" for item in args.override])
     from gatle_ignite.cli.summary import print_run_summary
 
     cfg = _prepare(args, paths[0])
     _check_components(cfg)
     started = time.monotonic()
-    launch.launch(cfg)
+    launcher.launch(cfg)
     print_run_summary(cfg, paths[0], args.override, time.monotonic() - started)
     return 0
 
@@ -283,15 +283,6 @@ def _run_command(args: argparse.Namespace) -> int:
 
         return run_plot(args.run_dirs, args.out)
     return _CONFIG_COMMANDS[args.command](args, _split_paths(args.config))
-
-
-def report_config_error(error: ConfigError) -> None:
-    """Print ``config error: ...`` on stderr: the message and its fix, no traceback."""
-    from gatle_ignite.callbacks.run_record import redact_text
-
-    # The last line of defence: a message built anywhere may quote a URL with credentials.
-    print(file=sys.stderr)
-    print(f"config error: {redact_text(str(error))}", file=sys.stderr, flush=True)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

@@ -34,12 +34,12 @@ def predict(
 
     Launched like ``gatle-ignite eval``, so ``nproc_per_node`` and torchrun work the same.
     """
-    from gatle_ignite.cli import launch
+    from gatle_ignite.launch import launcher
 
     _check_split_has_data(cfg, split)
     cfg.run = True
     cfg.load_from_ckpt = ckpt
-    launch.launch(cfg, job=partial(_predict_on_rank, split=split, out=Path(out)))
+    launcher.launch(cfg, job=partial(_predict_on_rank, split=split, out=Path(out)))
 
 
 def _eval_splits_with_data(cfg) -> list:

@@ -19,7 +19,9 @@ import ignite.distributed as idist
 import torch
 from ignite.handlers import DiskSaver
 
+from gatle_ignite.run.host_memory import host_copy
 from gatle_ignite.run.layout import staging_path
+from gatle_ignite.run.sharded import finish_sharded, save_sharded
 from gatle_ignite.run.unchanged_state import LastWrite, snapshot
 
 __all__ = ["BackgroundWrites", "RunSaver", "host_copy", "save_atomically"]
@@ -34,28 +36,6 @@ def save_atomically(obj, path: Path) -> None:
         staging.unlink(missing_ok=True)
         raise
     os.replace(staging, path)
-
-
-def host_copy(value, into=None):
-    """``value`` with every tensor copied to host memory, so training may change the original.
-
-    Where ``into`` (an earlier copy of the same structure) has a tensor of the same shape and
-    dtype, the values are copied into it: allocating fresh host memory is most of a copy's cost.
-    """
-    if isinstance(value, torch.Tensor):
-        reusable = isinstance(into, torch.Tensor) and into.shape == value.shape
-        if reusable and into.dtype == value.dtype and into.device.type == "cpu":
-            return into.copy_(value.detach())
-        return value.detach().to("cpu", copy=True)
-    if isinstance(value, dict):
-        into = into if isinstance(into, dict) else {}
-        return {key: host_copy(item, into.get(key)) for key, item in value.items()}
-    if isinstance(value, (list, tuple)):
-        into = into if isinstance(into, type(value)) and len(into) == len(value) else ()
-        return type(value)(
-            host_copy(item, into[i] if into else None) for i, item in enumerate(value)
-        )
-    return value
 
 
 class BackgroundWrites:
@@ -168,8 +148,6 @@ class RunSaver(DiskSaver):
         return finish
 
     def _save_sharded(self, checkpoint, path: Path) -> Callable:
-        from gatle_ignite.run.sharded import finish_sharded, save_sharded
-
         future = save_sharded(checkpoint, path, self._process_group, writes=self._writes)
 
         def finish() -> None:

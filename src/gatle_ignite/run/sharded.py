@@ -25,6 +25,7 @@ from torch.distributed.checkpoint import FileSystemReader
 from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
 from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 
+from gatle_ignite.run.host_memory import host_copy
 from gatle_ignite.run.layout import staging_path
 
 __all__ = ["ShardedCheckpoint", "finish_sharded", "save_sharded", "staging_for"]
@@ -141,8 +142,6 @@ class _HostStager:
         self.writes = writes
 
     def stage(self, state_dict):
-        from gatle_ignite.run.saving import host_copy
-
         self.writes.host_buffers = host_copy(state_dict, self.writes.host_buffers)
         return self.writes.host_buffers
 

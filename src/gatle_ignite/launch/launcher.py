@@ -1,0 +1,151 @@
+"""Launching: one config in this process (spawning workers), or several as children.
+
+``gatle_ignite.cli.launch`` is this module under its 0.4 name. ``torch.cuda.device_count``,
+``idist.Parallel``, ``subprocess.Popen`` and ``run_task`` are used through this module's
+attributes at call time, so users and tests can patch them.
+"""
+
+import os
+import random
+import subprocess
+import sys
+import threading
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Optional, Union
+
+import ignite.distributed as idist
+
+# An attribute of this module by contract (CONTRACT 2.6): users patch launch.torch.cuda.
+import torch  # noqa: F401
+from ml_collections import config_dict
+
+from gatle_ignite.launch.ranks import EXIT_PEER_TIMEOUT, supervised
+from gatle_ignite.launch.task import run_task
+from gatle_ignite.launch.world import (
+    PORT_RANGE,
+    apply_dist_timeout,
+    dist_timeout,
+    existing_world,
+    hidden_from_ignite,
+    resolve_backend,
+    resolve_rendezvous,
+    resolve_topology,
+    warn_if_topology_ignored,
+)
+from gatle_ignite.launch.world import parallel_kwargs as _parallel_kwargs
+from gatle_ignite.utils.dist import quiet_ignite_loggers
+
+__all__ = [
+    "EXIT_PEER_TIMEOUT",
+    "launch",
+    "launch_many",
+    "resolve_rendezvous",
+    "resolve_topology",
+    "run_task",
+]
+
+# Set by torchrun and friends; a child that inherited them would try to join the parent's world.
+_INHERITED_WORLD_VARS = (
+    "RANK",
+    "WORLD_SIZE",
+    "LOCAL_RANK",
+    "LOCAL_WORLD_SIZE",
+    "GROUP_RANK",
+    "ROLE_RANK",
+)
+# 0.4's name for it, part of the public surface.
+_resolve_backend = resolve_backend
+
+
+def _join(cfg: config_dict.ConfigDict, world: str, task_args: tuple) -> None:
+    warn_if_topology_ignored(cfg, world)
+    hidden = () if world == "slurm" else ("SLURM_JOB_ID",)
+    with hidden_from_ignite(*hidden), idist.Parallel(backend=resolve_backend(cfg)) as parallel:
+        apply_dist_timeout(cfg)
+        parallel.run(run_task, *task_args)
+
+
+def launch(cfg: config_dict.ConfigDict, job: Optional[Callable] = None):
+    """Run the config here: join a world torchrun or srun started, run directly for one
+    process, or spawn this node's workers through ``idist.Parallel``.
+
+    ``job``, a picklable ``job(trainer)``, replaces fit/evaluate on every rank (see run_task).
+    """
+    quiet_ignite_loggers(cfg.get("verbosity", 1))
+    # Without a job the workers get exactly (cfg,), as before there were jobs.
+    task_args = (cfg,) if job is None else (cfg, job)
+    world = existing_world()
+    if world is not None:
+        return _join(cfg, world, task_args)
+    nproc, nnodes, node_rank = resolve_topology(cfg)
+    addr, port = resolve_rendezvous(cfg, nnodes)
+    os.environ["MASTER_PORT"] = str(port)
+    os.environ["MASTER_ADDR"] = addr
+    if nproc * nnodes <= 1:
+        return run_task(0, *task_args)
+    kwargs = _parallel_kwargs(nnodes, node_rank, addr, port)
+    timeout = dist_timeout(cfg)
+    if timeout is not None:
+        # ignite hands it on to every spawned rank's init_process_group.
+        kwargs["timeout"] = timeout
+    with hidden_from_ignite("SLURM_JOB_ID"), supervised(nproc):
+        with idist.Parallel(
+            backend=resolve_backend(cfg), nproc_per_node=nproc, **kwargs
+        ) as parallel:
+            parallel.run(run_task, *task_args)
+    return None
+
+
+def _child_env(port: int) -> dict[str, str]:
+    env = {key: value for key, value in os.environ.items() if key not in _INHERITED_WORLD_VARS}
+    env["MASTER_PORT"] = str(port)
+    env["MASTER_ADDR"] = "127.0.0.1"
+    # Children write to a pipe; unbuffered, their lines reach the parent as they happen.
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+def _relay(stream, prefix: str) -> None:
+    for line in stream:
+        text = line.rstrip("\n")
+        # One write per line, so lines of concurrent children never interleave mid-line.
+        sys.stdout.write(f"[{prefix}] {text}\n")
+        sys.stdout.flush()
+
+
+def launch_many(
+    config_paths: Sequence[Union[str, os.PathLike]], extra_args: Optional[list[str]] = None
+) -> int:
+    """Train each config as its own ``gatle-ignite train`` child; 0 when all succeed, else 1."""
+    extra_args = list(extra_args or [])
+    ports = random.sample(PORT_RANGE, len(config_paths))
+    children = []
+    for path, port in zip(config_paths, ports):
+        prefix = Path(path).stem
+        print(f"Launching: {path} (MASTER_PORT={port})", flush=True)
+        command = [sys.executable, "-m", "gatle_ignite", "train", f"--config={path}", *extra_args]
+        child = subprocess.Popen(
+            command,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            bufsize=1,
+            env=_child_env(port),
+        )
+        relay = threading.Thread(target=_relay, args=(child.stdout, prefix), daemon=True)
+        relay.start()
+        children.append((prefix, child, relay))
+
+    # Wait in launch order, and only then join the relays: a relay ends when its child's
+    # output closes.
+    exit_codes = [(prefix, child.wait()) for prefix, child, _relay in children]
+    for _prefix, _child, relay in children:
+        relay.join()
+    failed = [prefix for prefix, code in exit_codes if code != 0]
+    print()
+    if failed:
+        print(f"Failed configs: {', '.join(failed)}")
+        return 1
+    print("All configs completed successfully.")
+    return 0

@@ -1,0 +1,191 @@
+"""Supervising the ranks this node spawned: signals passed on, a failed rank ending the node,
+and one exit code that says how the ranks ended."""
+
+import contextlib
+import multiprocessing
+import os
+import signal
+import tempfile
+import threading
+import warnings
+from pathlib import Path
+
+import torch
+
+from gatle_ignite.trainer.preemption import (
+    EXIT_PREEMPTED,
+    Preempted,
+    preemption_signals,
+    signal_name,
+)
+
+__all__ = ["EXIT_CONFIG_ERROR", "EXIT_PEER_TIMEOUT", "MARKS_DIR_VAR", "RankMarks", "supervised"]
+
+# Where each spawned rank leaves a mark of how its run ended; see RankMarks.
+MARKS_DIR_VAR = "GATLE_IGNITE_RANK_MARKS_DIR"
+# sysexits' EX_UNAVAILABLE: a rank's peers stopped answering; the rank that waited says so.
+EXIT_PEER_TIMEOUT = 69
+# The CLI's code for a config error, which a spawned rank reports itself, without a traceback.
+EXIT_CONFIG_ERROR = 2
+# After a rank fails, the time torch's join gets to name that rank as the one to report, before
+# the launcher kills the rest; a rank killed first could be reported instead.
+_REPORT_GRACE_S = 1.0
+
+
+class RankMarks:
+    """A folder where each rank this launcher spawned marks how its run ended.
+
+    ``finished-<local rank>`` once its run is done, ``preempted-<local rank>`` once it saved
+    its preemption checkpoint, ``config_error-<local rank>`` when it stops on a config error; a
+    rank that ends with none of them failed.
+    """
+
+    def __init__(self, folder: str):
+        self.folder = folder
+
+    @staticmethod
+    def leave(outcome: str, local_rank: int) -> None:
+        folder = os.environ.get(MARKS_DIR_VAR)
+        if folder:
+            Path(folder, f"{outcome}-{local_rank}").touch()
+
+    def count(self, *outcomes: str) -> int:
+        return sum(name.split("-")[0] in outcomes for name in os.listdir(self.folder))
+
+    @classmethod
+    @contextlib.contextmanager
+    def exported(cls):
+        """A fresh folder, named to the ranks through the environment they inherit."""
+        with tempfile.TemporaryDirectory(prefix="gatle-ignite-ranks-") as folder:
+            os.environ[MARKS_DIR_VAR] = folder
+            try:
+                yield cls(folder)
+            finally:
+                os.environ.pop(MARKS_DIR_VAR, None)
+
+
+@contextlib.contextmanager
+def supervised(nproc: int):
+    """Around spawning this node's ``nproc`` ranks: signals passed on, a failed rank ending
+    the node, and the ranks' ends turned into one exit (code 2, 69 or 75, or the error)."""
+    with (
+        RankMarks.exported() as marks,
+        _ranks_supervised(nproc, marks),
+        _teardown_crash_tolerated(nproc, marks),
+    ):
+        yield
+
+
+@contextlib.contextmanager
+def _ranks_supervised(nproc: int, marks: RankMarks):
+    """Pass preemption signals on to the spawned ranks, and report how the ranks ended.
+
+    A second signal kills the ranks: the first only asks them to stop at the end of an
+    iteration, which a stalled rank never reaches.
+    """
+    killed_by = []
+
+    def kill_ranks(signum) -> None:
+        killed_by.append(signum)
+        _kill(multiprocessing.active_children())
+
+    with (
+        preemption_signals(forward_to=multiprocessing.active_children, on_repeat=kill_ranks),
+        _failed_rank_ends_the_node(nproc, marks),
+    ):
+        try:
+            yield
+        except torch.multiprocessing.ProcessExitedException as error:
+            if killed_by:
+                raise SystemExit(_killed_message(killed_by[0])) from None
+            if marks.count("config_error"):
+                # Whichever rank torch names (one may abort in gloo's teardown as it exits),
+                # the run ended on a config error, which rank 0 has printed.
+                raise SystemExit(EXIT_CONFIG_ERROR) from None
+            if error.exit_code == EXIT_PREEMPTED or marks.count("preempted") == nproc:
+                # Every rank saved and stopped; one may have aborted in gloo's teardown after.
+                raise Preempted(
+                    "the ranks were preempted and wrote a resumable checkpoint.\n"
+                    "  Run the same command with --override resume=True to continue."
+                ) from None
+            if error.exit_code in (EXIT_PEER_TIMEOUT, EXIT_CONFIG_ERROR):
+                # The rank has said why; a traceback here would only repeat it.
+                raise SystemExit(error.exit_code) from None
+            raise
+
+
+def _killed_message(signum) -> str:
+    return (
+        f"stopped by a second {signal_name(signum)}: the ranks had not stopped after the "
+        f"first, so they were killed, without a preemption checkpoint.\n"
+        f"  --override resume=True continues from the last checkpoint written before."
+    )
+
+
+@contextlib.contextmanager
+def _failed_rank_ends_the_node(nproc: int, marks: RankMarks):
+    """Kill this node's ranks soon after one of them ends without finishing or a preemption.
+
+    Its peers can only wait for it in their next collective, or, stalled, never get there;
+    torch's join would send them SIGTERM, which a rank takes as a preemption request, and
+    kill them 30 s later.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    timers = []
+
+    def on_child_exit(_signum, _frame) -> None:
+        running = [p for p in multiprocessing.active_children() if _still_running(p.pid)]
+        if timers or nproc - len(running) <= marks.count("finished", "preempted"):
+            return
+        timer = threading.Timer(_REPORT_GRACE_S, _kill, args=(running,))
+        timer.daemon = True
+        timer.start()
+        timers.append(timer)
+
+    previous = signal.signal(signal.SIGCHLD, on_child_exit)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGCHLD, previous)
+        for timer in timers:
+            timer.cancel()
+
+
+def _still_running(pid: int) -> bool:
+    """Whether a child still exists, asked of the system.
+
+    The handler can run while torch's join is reaping that child, before multiprocessing has
+    recorded its end, so multiprocessing would still count it as running.
+    """
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def _kill(processes) -> None:
+    for process in processes:
+        process.kill()
+
+
+@contextlib.contextmanager
+def _teardown_crash_tolerated(nproc: int, marks: RankMarks):
+    """Report success when a rank dies only after every rank of this node finished the run.
+
+    gloo can abort a process while torch tears its process group down at exit; by then every
+    checkpoint and log line is written, so the run's outcome is success, not that signal.
+    """
+    try:
+        yield
+    except torch.multiprocessing.ProcessExitedException as error:
+        if marks.count("finished") < nproc:
+            raise
+        how = error.signal_name or f"exit code {error.exit_code}"
+        warnings.warn(
+            f"rank {error.error_index} ended with {how} in torch's process-group teardown, "
+            f"after every rank had finished the run: its checkpoints and logs are complete.",
+            stacklevel=3,
+        )

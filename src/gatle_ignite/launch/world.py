@@ -1,0 +1,154 @@
+"""The world a run trains in: its topology, rendezvous, backend and collective timeout."""
+
+import contextlib
+import datetime
+import os
+import random
+import warnings
+from typing import Optional
+
+import torch
+from ml_collections import config_dict
+
+from gatle_ignite.dispatch import ConfigError
+
+__all__ = [
+    "PORT_RANGE",
+    "apply_dist_timeout",
+    "dist_timeout",
+    "existing_world",
+    "hidden_from_ignite",
+    "parallel_kwargs",
+    "resolve_backend",
+    "resolve_rendezvous",
+    "resolve_topology",
+    "warn_if_topology_ignored",
+]
+
+# The dynamic/private port range; ports handed out are distinct but not proven free.
+PORT_RANGE = range(49152, 65535 + 1)
+_LOCALHOSTS = ("127.0.0.1", "localhost")
+
+
+def _int_field(cfg, field: str, default: Optional[int]) -> Optional[int]:
+    value = cfg.get(field, default)
+    return default if value is None else int(value)
+
+
+def resolve_topology(cfg: config_dict.ConfigDict) -> tuple[int, int, int]:
+    """``(nproc_per_node, nnodes, node_rank)``; nproc defaults to the visible GPUs, or 1."""
+    nnodes = _int_field(cfg, "nnodes", 1)
+    if nnodes < 1:
+        raise ConfigError(
+            f"nnodes must be >= 1, got {nnodes}\n  It is the number of machines; 1 for one."
+        )
+    node_rank = _int_field(cfg, "node_rank", 0)
+    if not 0 <= node_rank < nnodes:
+        raise ConfigError(
+            f"node_rank must be in 0..{nnodes - 1} for nnodes={nnodes}, got {node_rank}\n"
+            f"  Give every machine its own index, e.g. --override node_rank=K."
+        )
+    nproc = _int_field(cfg, "nproc_per_node", None)
+    if nproc is None:
+        gpus = torch.cuda.device_count()
+        nproc = gpus if gpus > 0 else 1
+    if nproc < 1:
+        raise ConfigError(
+            f"nproc_per_node must be >= 1, got {nproc}\n"
+            f"  Leave it unset to use every visible GPU (or one process on CPU)."
+        )
+    return nproc, nnodes, node_rank
+
+
+def resolve_rendezvous(cfg: config_dict.ConfigDict, nnodes: int) -> tuple[str, int]:
+    """``(master_addr, master_port)``: the config first, then the environment, then defaults."""
+    port = cfg.get("master_port", None) or os.environ.get("MASTER_PORT")
+    addr = cfg.get("master_addr", None) or os.environ.get("MASTER_ADDR") or "127.0.0.1"
+    if nnodes > 1:
+        if addr in _LOCALHOSTS:
+            raise ConfigError(
+                f"nnodes={nnodes} but the rendezvous address is {addr!r}: every node would form "
+                f"its own world and silently train {nnodes} unrelated models.\n"
+                f"  Point cfg.master_addr (or MASTER_ADDR) at node 0's reachable address."
+            )
+        if not port:
+            raise ConfigError(
+                f"nnodes={nnodes} but no master_port is set: each node would pick its own "
+                f"random port and the rendezvous would hang.\n"
+                f"  Set cfg.master_port (or MASTER_PORT) to the same free port on every node."
+            )
+    return addr, int(port) if port else random.choice(PORT_RANGE)
+
+
+def resolve_backend(cfg: config_dict.ConfigDict) -> str:
+    backend = cfg.get("dist_backend", "nccl")
+    if backend == "nccl" and not torch.cuda.is_available():
+        return "gloo"
+    return backend
+
+
+def parallel_kwargs(nnodes: int, node_rank: int, addr: str, port: int) -> dict[str, object]:
+    # Never init_method (ignite >= 0.5.5 rejects tcp:// ones) and never empty (ignite <= 0.5.3
+    # would then hard-code port 2222 and ignore MASTER_PORT).
+    kwargs: dict[str, object] = {"master_addr": addr, "master_port": port}
+    if nnodes > 1:
+        kwargs.update(nnodes=nnodes, node_rank=node_rank)
+    return kwargs
+
+
+def existing_world() -> Optional[str]:
+    """``"torchrun"`` or ``"slurm"`` when another launcher already started this rank's world.
+
+    torchrun (and torch.distributed.launch) export RANK, WORLD_SIZE and LOCAL_RANK; a SLURM
+    job step started by ``srun`` has a step id and more than one task.
+    """
+    env = os.environ
+    if all(key in env for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK")):
+        if int(env["WORLD_SIZE"]) > 1:
+            return "torchrun"
+    if "SLURM_JOB_ID" in env and "SLURM_STEP_ID" in env and int(env.get("SLURM_NTASKS", 1)) > 1:
+        return "slurm"
+    return None
+
+
+@contextlib.contextmanager
+def hidden_from_ignite(*names: str):
+    """Hide environment variables while ignite builds the world.
+
+    ignite takes the SLURM path whenever SLURM_JOB_ID is set, which refuses the ranks that
+    spawning assigns and conflicts with a torchrun world inside an allocation.
+    """
+    saved = {name: os.environ.pop(name) for name in names if name in os.environ}
+    try:
+        yield
+    finally:
+        os.environ.update(saved)
+
+
+def warn_if_topology_ignored(cfg: config_dict.ConfigDict, world: str) -> None:
+    ignored = [k for k in ("nproc_per_node", "master_addr", "master_port") if cfg.get(k, None)]
+    if (cfg.get("nnodes", 1) or 1) > 1:
+        ignored.append("nnodes")
+    if ignored:
+        warnings.warn(
+            f"this process is one rank of a world {world} started, so that world's size and "
+            f"rendezvous are used and {ignored} from the config are ignored.\n"
+            f"  Set the topology on the {world} command line instead.",
+            stacklevel=3,
+        )
+
+
+def dist_timeout(cfg: config_dict.ConfigDict) -> Optional[datetime.timedelta]:
+    seconds = cfg.get("dist_timeout", None)
+    return datetime.timedelta(seconds=seconds) if seconds else None
+
+
+def apply_dist_timeout(cfg: config_dict.ConfigDict) -> None:
+    """Give a joined world's process group the config's timeout.
+
+    ignite's Parallel passes a timeout to the ranks it spawns, but none to a group it only
+    joins, so the group gets it once made.
+    """
+    timeout = dist_timeout(cfg)
+    if timeout is not None:
+        torch.distributed.distributed_c10d._set_pg_timeout(timeout)
