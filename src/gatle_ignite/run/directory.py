@@ -70,8 +70,17 @@ def entry_for(path: Path, progress: Optional[tuple] = None) -> Entry:
     return entry
 
 
-def _adopted(path: Path) -> Entry:
-    """The entry of a file the index does not know (an older run, or an interrupted update)."""
+def _adopted(path: Path, epoch_length: Optional[int]) -> Entry:
+    """The entry of a file the index does not know (an older run, or an interrupted update).
+
+    A sharded directory is known by its name alone: indexing never unpickles its metadata, and
+    only the checkpoint a command picks is opened, through the safe reader.
+    """
+    if path.is_dir():
+        entry = entry_for(path)
+        if entry.kind == LATEST_PREFIX and epoch_length:
+            entry.iteration = entry.epoch * epoch_length  # written as its epoch ended
+        return entry
     try:
         return entry_for(path, read_progress(path))
     except (UnreadableCheckpoint, ConfigError):
@@ -83,7 +92,8 @@ def indexed_view(save_dir, manifest: Optional[Manifest]) -> list:
     on_disk = {p.name: p for p in checkpoint_files(save_dir)}
     known = [e for e in (manifest.checkpoints if manifest else []) if e.file in on_disk]
     indexed = {e.file for e in known}
-    return known + [_adopted(p) for name, p in on_disk.items() if name not in indexed]
+    length = manifest.epoch_length if manifest else None
+    return known + [_adopted(p, length) for name, p in on_disk.items() if name not in indexed]
 
 
 def first_loadable(save_dir, entries, map_location="cpu"):

@@ -7,21 +7,22 @@ reshards the tensors to whatever layout the loading side has (another world size
 process).
 
 DCP reads its ``.metadata`` with ``pickle`` and its non-tensor values with
-``torch.load(weights_only=False)``; here the first is read by an unpickler that only admits DCP's
-own metadata classes, and the second with ``weights_only=True``, so a ``.dcp`` directory can no
-more run code on load than a ``.pt`` file can.
+``torch.load(weights_only=False)``; here the first is read by an unpickler that admits only the
+exact globals DCP's metadata holds, and the second with ``weights_only=True``, so a ``.dcp``
+directory can no more run code on load than a ``.pt`` file can.
 """
 
 import os
 import pickle
 import shutil
 import warnings
-from pathlib import Path
+from pathlib import Path, PurePosixPath, PureWindowsPath
 
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
-from torch.distributed.checkpoint import FileSystemReader
+from torch.distributed.checkpoint import FileSystemReader, filesystem
+from torch.distributed.checkpoint import metadata as dcp_metadata
 from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
 from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 
@@ -37,32 +38,51 @@ warnings.filterwarnings(
     "ignore", message="torch.distributed is disabled", module="torch.distributed.checkpoint"
 )
 
-# What a DCP .metadata file may name: DCP's own dataclasses and the torch and pathlib types they
-# hold. Anything else in it is refused, as a .pt holding pickled objects is.
-_ALLOWED_MODULES = ("torch.distributed.checkpoint.",)
-_ALLOWED = {
-    ("torch", "Size"),
-    ("torch", "device"),
-    ("torch._utils", "_rebuild_tensor_v2"),
-    ("collections", "OrderedDict"),
-    ("pathlib", "PosixPath"),
-    ("pathlib", "PurePosixPath"),
-    ("pathlib", "WindowsPath"),
-    ("pathlib", "PureWindowsPath"),
+
+def _by_name(*objects) -> dict:
+    return {(obj.__module__, obj.__qualname__): obj for obj in objects}
+
+
+# Every global a DCP .metadata file names, as (module, name) exactly: what torch 2.13's DCP writes
+# for models, optimizers, non-tensor values and FSDP2 shards, flattened or not (listed from real
+# checkpoints with pickletools). Each maps to its object here, so no name is ever looked up, and
+# a dotted one (protocol 4's "os.system" within a DCP module) resolves to nothing. Anything else
+# is refused, as a .pt holding pickled objects is.
+_METADATA_GLOBALS = {
+    **_by_name(
+        dcp_metadata.Metadata,
+        dcp_metadata.MetadataIndex,
+        dcp_metadata.StorageMeta,
+        dcp_metadata.BytesStorageMetadata,
+        dcp_metadata.TensorStorageMetadata,
+        dcp_metadata.ChunkStorageMetadata,
+        dcp_metadata.TensorProperties,
+        dcp_metadata._MEM_FORMAT_ENCODING,
+        filesystem._StorageInfo,
+    ),
+    ("torch", "Size"): torch.Size,
+    ("torch.serialization", "_get_layout"): torch.serialization._get_layout,
+    **{
+        ("torch", name): value
+        for name, value in vars(torch).items()
+        if isinstance(value, torch.dtype)
+    },
+    # The checkpoint_id the save was given (pathlib's module is "pathlib._local" from Python
+    # 3.13 on), kept as its text only: a pure path of either flavour is built on any system.
+    **{
+        (module, f"{flavour}Path"): path
+        for module in ("pathlib", "pathlib._local")
+        for flavour, path in (("Posix", PurePosixPath), ("Windows", PureWindowsPath))
+    },
 }
-_TORCH_ATTRIBUTES = (torch.dtype, torch.layout, torch.memory_format)
 
 
 class _MetadataUnpickler(pickle.Unpickler):
     def find_class(self, module, name):
-        allowed = module.startswith(_ALLOWED_MODULES) or (module, name) in _ALLOWED
-        if module == "torch" and isinstance(getattr(torch, name, None), _TORCH_ATTRIBUTES):
-            allowed = True
-        if module == "torch.serialization" and name in ("_get_layout",):
-            allowed = True
-        if not allowed:
-            raise pickle.UnpicklingError(f"Unsupported global: GLOBAL {module}.{name}")
-        return super().find_class(module, name)
+        try:
+            return _METADATA_GLOBALS[(module, name)]
+        except (KeyError, TypeError):
+            raise pickle.UnpicklingError(f"Unsupported global: GLOBAL {module}.{name}") from None
 
 
 class _SafeReader(FileSystemReader):
