@@ -1,16 +1,32 @@
 """Secrets never leave a run: not in `gatle-ignite config`, config.json, what a backend is given,
-nor config error messages. A secret is a credential-named field or a URL's userinfo."""
+config error messages, the command lines a run shows or records, nor the text of an exception
+it records or prints. A secret is a credential-named field or a URL's userinfo."""
 
+import contextlib
+import importlib
+import io
 import json
+import logging
 import re
+import subprocess
+import sys
+import warnings
 from pathlib import Path
 
 import pytest
 
+import gatle_ignite
 from gatle_ignite.callbacks.run_record import REDACTED, is_secret_name, redact_text, shown_value
 from gatle_ignite.cli.main import main
+from gatle_ignite.redaction import redact_argv
+from gatle_ignite.run.layout import LOCK_FILE
+from gatle_ignite.run.manifest import Manifest
+from gatle_ignite.utils.warning_lines import show_framework_warnings_plainly
+from tests.backend_fixtures import need, use_wandb_offline
 from tests.cli_fixtures.configs import write_config
+from tests.conftest import ROOT, child_env
 from tests.toy import recording_backend
+from tests.toy.config_file import write_toy_config
 from tests.toy.trainer import Trainer
 
 TESTS_DIR = Path(__file__).resolve().parent
@@ -193,3 +209,224 @@ def test_a_run_records_no_secret_on_disk_nor_in_a_backend(make_cfg, capsys, reco
     assert written["mirrors"] == ["https://<redacted>@mirror.invalid/x", URL_FIELDS["mirrors"][1]]
     assert {name: written[name] for name in HYPERPARAMETERS} == HYPERPARAMETERS
     assert recorded_configs == [written]
+
+
+# ----------------------------------------------------------------------------- command lines
+
+
+@pytest.mark.parametrize(
+    "words, shown",
+    [
+        (["--override", "db_password=pw"], ["--override", f"db_password={REDACTED}"]),
+        (["--override=api_key=k"], [f"--override=api_key={REDACTED}"]),
+        (["o", "db.credentials.user=bob"], ["o", f"db.credentials.user={REDACTED}"]),
+        (["--token", "t", "--api-key=k"], ["--token", REDACTED, f"--api-key={REDACTED}"]),
+        (
+            ["--override=data_root=https://u:p@h/x"],
+            [f"--override=data_root=https://{REDACTED}@h/x"],
+        ),
+        (["https://u:p@h/x"], [f"https://{REDACTED}@h/x"]),
+        (
+            ["logger_params={'api_key': 'k', 'n': 1}"],
+            [f"logger_params={{'api_key': '{REDACTED}', 'n': 1}}"],
+        ),
+        # The negative control: settings and flags that only look like credentials, and an
+        # unset credential, which stays visibly unset.
+        (
+            ["max_tokens=5", "--ckpt", "best", "api_key="],
+            ["max_tokens=5", "--ckpt", "best", "api_key="],
+        ),
+        (["--config=c.py", "resume=True"], ["--config=c.py", "resume=True"]),
+    ],
+)
+def test_a_command_line_is_shown_without_its_secrets(words, shown):
+    assert redact_argv(words) == shown
+
+
+# ----------------------------------------------------------------------------- every output
+#
+# Each scenario runs once and gives the text of every output it makes; each row of OUTPUTS is
+# one output, which must show what it is about (so that an empty capture cannot pass) and no
+# secret.
+
+SECRET_OVERRIDES = [
+    "--override",
+    "db_password=LEAK-password",
+    "--override=api_key=LEAK-key",
+    "--override",
+    "data_root=https://alice:LEAK-url-pw@data.invalid/x",
+]
+SMALL = {"train_ds_params": {"n": 32, "bs": 16, "shuffle": True, "seed": 0}, "max_epochs": 1}
+
+
+def _cli(*argv) -> tuple:
+    """``main(argv)`` in this process: (exit code or the exception, stdout, stderr); an
+    exception is printed as the CLI prints one that leaves it."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            result = main(list(argv))
+        except Exception as error:
+            sys.excepthook(type(error), error, error.__traceback__)
+            result = error
+    return result, out.getvalue(), err.getvalue()
+
+
+def _files(root: Path) -> str:
+    return "\n".join(
+        path.read_bytes().decode("latin-1") for path in sorted(root.rglob("*")) if path.is_file()
+    )
+
+
+def _toy_config(directory: Path, **fields) -> str:
+    fields = {"save_dir": str(directory / "run"), "db_password": "", "api_key": "", **fields}
+    return write_toy_config(directory / "toy.py", **{**SMALL, "data_root": "", **fields})
+
+
+def _secrets_on_the_command_line(directory: Path, patch) -> dict:
+    wandb_root = use_wandb_offline(directory, patch)
+    config = _toy_config(directory, logger_name=["wandb"])
+    argv = ["train", f"--config={config}", *SECRET_OVERRIDES]
+    patch.setattr(sys, "argv", ["gatle-ignite", *argv])
+    code, out, err = _cli(*argv)
+    assert code == 0, err
+    importlib.import_module("wandb").teardown()  # flushes the run's files
+    return {
+        "end-of-run summary": out,
+        "stderr": err,
+        "W&B run files": _files(wandb_root),
+        "run directory files": _files(directory / "run"),
+    }
+
+
+_HOLD = (
+    "import sys\n"
+    "from gatle_ignite.run.lock import RunLock\n"
+    "lock = RunLock(sys.argv[1])\n"
+    "lock.acquire()\n"
+    "lock.note_holder()\n"
+    "print('held', flush=True)\n"
+    "sys.stdin.read()\n"
+)
+
+
+def _a_run_held_by_a_command_with_secrets(directory: Path, patch) -> dict:
+    save_dir = directory / "run"
+    save_dir.mkdir()
+    Manifest.new("toy", {}, "0" * 12).write(save_dir)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", _HOLD, str(save_dir), *SECRET_OVERRIDES],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env=child_env(),
+    )
+    try:
+        assert holder.stdout.readline() == "held\n"
+        note = (save_dir / LOCK_FILE).read_text()
+        _code, status, _err = _cli("status", str(save_dir))
+        code, _out, refusal = _cli("train", f"--config={_toy_config(directory)}")
+        assert code == 2
+    finally:
+        holder.stdin.close()
+        holder.wait(timeout=60)
+    return {"run.lock holder note": note, "status": status, "lock refusal": refusal}
+
+
+def _a_failure_quoting_a_url(directory: Path, patch, **fields) -> dict:
+    patch.setattr(sys, "excepthook", sys.excepthook)  # main() installs the CLI's own
+    engine_log = io.StringIO()
+    handler = logging.StreamHandler(engine_log)
+    logging.getLogger("ignite.engine.engine.Engine").addHandler(handler)
+    try:
+        error, out, err = _cli("train", f"--config={_toy_config(directory, **fields)}")
+    finally:
+        logging.getLogger("ignite.engine.engine.Engine").removeHandler(handler)
+    assert isinstance(error, Exception), out
+    _code, status, _err = _cli("status", str(directory / "run"))
+    return {
+        "run.json": (directory / "run" / "run.json").read_text(),
+        "status": status,
+        "traceback": err,
+        "ignite's log (verbosity 2)": engine_log.getvalue(),
+    }
+
+
+def _a_dataset_error(directory: Path, patch) -> dict:
+    return _a_failure_quoting_a_url(
+        directory, patch, train_ds_name="tests.toy.leaky_data", verbosity=2
+    )
+
+
+def _mlflow_down_at_start(directory: Path, patch) -> dict:
+    need("mlflow")
+    patch.setenv("MLFLOW_TRACKING_URI", "http://alice:LEAK-mlflow-pw@127.0.0.1:9")
+    patch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+    patch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "5")
+    return _a_failure_quoting_a_url(directory, patch, logger_name=["mlflow"])
+
+
+def _a_warning_quoting_a_url(_directory: Path, _patch) -> dict:
+    show_framework_warnings_plainly()
+    source = str(Path(gatle_ignite.__file__))
+    shown = warnings.formatwarning(
+        "cannot reach https://alice:LEAK-warning-pw@h/x", UserWarning, source, 1
+    )
+    return {"warning line": shown}
+
+
+SCENARIOS = {
+    "secrets on the command line": _secrets_on_the_command_line,
+    "a run held by a command with secrets": _a_run_held_by_a_command_with_secrets,
+    "a dataset error": _a_dataset_error,
+    "MLflow down at start": _mlflow_down_at_start,
+    "a warning": _a_warning_quoting_a_url,
+}
+
+URL_SHOWN = f"https://{REDACTED}@"
+TRACKING_SHOWN = f"API request to http://{REDACTED}@127.0.0.1:9/"
+OUTPUTS = [
+    # (scenario, output, what it must show)
+    ("secrets on the command line", "end-of-run summary", f"--override=db_password={REDACTED}"),
+    ("secrets on the command line", "end-of-run summary", "  resume   gatle-ignite train"),
+    ("secrets on the command line", "stderr", ""),
+    ("secrets on the command line", "W&B run files", f"db_password={REDACTED}"),
+    ("secrets on the command line", "run directory files", URL_SHOWN),
+    ("a run held by a command with secrets", "run.lock holder note", f"api_key={REDACTED}"),
+    ("a run held by a command with secrets", "status", f"db_password={REDACTED}"),
+    ("a run held by a command with secrets", "lock refusal", f"api_key={REDACTED}"),
+    ("a dataset error", "run.json", f"OSError: cannot fetch {URL_SHOWN}"),
+    ("a dataset error", "status", f"OSError: cannot fetch {URL_SHOWN}"),
+    ("a dataset error", "traceback", f"OSError: cannot fetch {URL_SHOWN}"),
+    ("a dataset error", "ignite's log (verbosity 2)", f"cannot fetch {URL_SHOWN}"),
+    ("MLflow down at start", "run.json", TRACKING_SHOWN),
+    ("MLflow down at start", "status", TRACKING_SHOWN),
+    ("MLflow down at start", "traceback", TRACKING_SHOWN),
+    ("a warning", "warning line", f"warning: cannot reach {URL_SHOWN}"),
+]
+
+
+@pytest.fixture(scope="module")
+def outputs_of(tmp_path_factory):
+    """``outputs_of(scenario)``: the scenario's outputs, from running it once."""
+    made = {}
+
+    def run(scenario: str) -> dict:
+        if scenario not in made:
+            directory = tmp_path_factory.mktemp(scenario.replace(" ", "_"))
+            with pytest.MonkeyPatch.context() as patch:
+                patch.syspath_prepend(str(ROOT))
+                patch.chdir(ROOT)
+                made[scenario] = SCENARIOS[scenario](directory, patch)
+        return made[scenario]
+
+    return run
+
+
+@pytest.mark.parametrize(
+    "scenario, output, shown", OUTPUTS, ids=[f"{s}: {o}" for s, o, _ in OUTPUTS]
+)
+def test_no_output_shows_a_secret(outputs_of, scenario, output, shown):
+    text = outputs_of(scenario)[output]
+    assert shown in text
+    assert_no_leak(text)

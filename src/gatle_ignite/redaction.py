@@ -4,8 +4,14 @@ One rule for every place: ``config.json``, ``run.json``, the backends, ``gatle-i
 error messages and the command lines a run records.
 """
 
+import ast
 import json
 import re
+import shlex
+import sys
+import traceback
+from collections.abc import Sequence
+from typing import Union
 
 from ml_collections import config_dict
 
@@ -16,7 +22,10 @@ __all__ = [
     "is_secret_name",
     "is_secret_path",
     "redact",
+    "redact_argv",
     "redact_text",
+    "redacted_excepthook",
+    "shown_command",
     "shown_value",
 ]
 
@@ -34,6 +43,10 @@ _SECRET_LAST_WORDS = frozenset({"key", "url"})
 _WORD = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+")
 # The userinfo of a URL: everything between "scheme://" and the last "@" before the path.
 _URL_USERINFO = re.compile(r"([A-Za-z][A-Za-z0-9+.\-]*://)[^\s/?#]*@")
+# A command-line flag, with its value when written as one word: `--api-key` or `--api-key=X`.
+_FLAG = re.compile(r"(--?[A-Za-z][\w-]*)(?:=(.*))?", re.DOTALL)
+# The key of a `key=value` setting (an override): a dotted field path.
+_SETTING_KEY = re.compile(r"\s*[A-Za-z_][\w.-]*\s*")
 
 
 def _words(name: str) -> list:
@@ -103,3 +116,63 @@ def config_payload(cfg) -> dict:
     else:
         plain = json.loads(json.dumps(dict(cfg), default=str))
     return redact(plain)
+
+
+def redact_argv(argv: Sequence[str]) -> list:
+    """A command line's words as they may be shown: ``--override db_password=x``,
+    ``--override=api_key=x`` and ``--token x`` lose their value, and every URL its userinfo.
+
+    A ``key=value`` word (alone or after ``--flag=``) whose dotted key is secret shows
+    ``key=<redacted>``; a literal dict or list value shows its secret-named fields redacted.
+    """
+    shown, secret_follows = [], False
+    for word in map(str, argv):
+        shown.append(REDACTED if secret_follows else _redacted_word(word))
+        flag = _FLAG.fullmatch(word)
+        secret_follows = bool(flag) and flag[2] is None and is_secret_name(flag[1].lstrip("-"))
+    return shown
+
+
+def shown_command(command: Union[str, Sequence[str]]) -> str:
+    """A command line (its words, or the line itself) as one redacted, shell-quoted line."""
+    if isinstance(command, str):
+        try:
+            command = shlex.split(command)
+        except ValueError:  # an unbalanced quote: no shell would read it either
+            command = command.split()
+    return shlex.join(redact_argv(command))
+
+
+def _redacted_word(word: str) -> str:
+    flag = _FLAG.fullmatch(word)
+    if flag is None or flag[2] is None:
+        return _redacted_setting(word)
+    if is_secret_name(flag[1].lstrip("-")):
+        return f"{flag[1]}={REDACTED}"
+    return f"{flag[1]}={_redacted_setting(flag[2])}"
+
+
+def _redacted_setting(text: str) -> str:
+    key, equals, raw = text.partition("=")
+    if not equals or not _SETTING_KEY.fullmatch(key):
+        return redact_text(text)
+    value = _literal(raw)
+    if is_secret_path(key.strip()) and not _is_unset(value):
+        return f"{key}={REDACTED}"
+    if isinstance(value, (dict, list, tuple)) and redact(value) != value:
+        return f"{key}={redact_text(repr(redact(value)))}"
+    return f"{key}={redact_text(raw)}"
+
+
+def _literal(raw: str):
+    """The value an override's text stands for, as the config loader reads it."""
+    try:
+        return ast.literal_eval(raw)
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        return raw
+
+
+def redacted_excepthook(kind, error, trace) -> None:
+    """``sys.excepthook`` for the CLI: Python's traceback, scrubbed of URL userinfo."""
+    text = "".join(traceback.format_exception(kind, error, trace))
+    print(redact_text(text), end="", file=sys.stderr, flush=True)

@@ -285,12 +285,21 @@ def _run_command(args: argparse.Namespace) -> int:
     return _CONFIG_COMMANDS[args.command](args, _split_paths(args.config))
 
 
+def _show_tracebacks_redacted() -> None:
+    """An exception that leaves ``main`` propagates; its traceback is printed without the
+    credentials of the URLs in it (a dataset's, a tracking server's)."""
+    from gatle_ignite.redaction import redacted_excepthook
+
+    sys.excepthook = redacted_excepthook
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Run the CLI on ``argv`` (default ``sys.argv[1:]``) and return the exit code."""
     from gatle_ignite.trainer.preemption import Preempted
 
     args = build_parser().parse_args(argv)
     show_framework_warnings_plainly()
+    _show_tracebacks_redacted()
     try:
         return _run_command(args)
     except ConfigError as error:

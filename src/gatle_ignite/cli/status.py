@@ -8,6 +8,7 @@ diverged, 3 a live process is training it now.
 from pathlib import Path
 
 from gatle_ignite.dispatch import ConfigError
+from gatle_ignite.redaction import shown_command
 from gatle_ignite.run.lock import holder
 from gatle_ignite.run.manifest import Manifest
 from gatle_ignite.trainer.preemption import EXIT_PREEMPTED
@@ -69,7 +70,8 @@ def run_status(save_dir) -> int:
     print(f"run:      {manifest.name} (id {manifest.run_id}) in {save_dir}")
     print(f"state:    {state}{reason}")
     if live is not None:
-        print(f"held by:  pid {live.get('pid')} on {live.get('host')}: {live.get('command')}")
+        command = shown_command(str(live.get("command")))
+        print(f"held by:  pid {live.get('pid')} on {live.get('host')}: {command}")
     print(f"trained:  {_progress(manifest)}")
     print(f"config:   {manifest.config_fingerprint}, last written {manifest.updated}")
     print("checkpoints:")

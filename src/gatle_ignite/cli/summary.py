@@ -5,9 +5,9 @@ in ranks it spawned.
 """
 
 import os
-import shlex
 from pathlib import Path
 
+from gatle_ignite.redaction import shown_command
 from gatle_ignite.run.layout import OWNED_LOGS
 from gatle_ignite.run.manifest import Manifest
 
@@ -25,7 +25,7 @@ def _first_process() -> bool:
 def _command(verb: str, config: str, overrides, *extra) -> str:
     kept = [o for o in overrides if o.split("=", 1)[0].strip() not in _ONE_OFF]
     words = ["gatle-ignite", verb, f"--config={config}", *(f"--override={o}" for o in kept)]
-    return " ".join(shlex.quote(w) for w in (*words, *extra))
+    return shown_command([*words, *extra])
 
 
 def _best_line(manifest: Manifest, cfg, save_dir: Path):

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Optional
 
 from gatle_ignite.dispatch import ConfigError
+from gatle_ignite.redaction import shown_command
 from gatle_ignite.run.layout import LOCK_FILE
 
 try:
@@ -73,7 +74,11 @@ class RunLock:
         """Say in the lock file who holds it; done once the run is sure to start."""
         if self._held is None:
             return
-        note = {"pid": os.getpid(), "host": socket.gethostname(), "command": " ".join(sys.argv)}
+        note = {
+            "pid": os.getpid(),
+            "host": socket.gethostname(),
+            "command": shown_command(sys.argv),
+        }
         handle = self._held.handle
         handle.seek(0)
         handle.truncate()
@@ -135,4 +140,4 @@ def _read_note(handle) -> Optional[dict]:
 def _describe(note: Optional[dict]) -> str:
     if note is None:
         return "it is still starting"
-    return f"pid {note.get('pid')} on {note.get('host')}: {note.get('command')}"
+    return f"pid {note.get('pid')} on {note.get('host')}: {shown_command(str(note.get('command')))}"

@@ -14,6 +14,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Optional
 
+from gatle_ignite.redaction import redact
 from gatle_ignite.run.layout import MANIFEST_FILE, Entry, staging_path
 
 __all__ = ["STATES", "Entry", "Manifest", "write_atomically"]
@@ -89,7 +90,8 @@ class Manifest:
 
     def write(self, save_dir) -> None:
         self.updated = _now()
-        data = asdict(self)
+        # stop_reason quotes an exception, which may quote a URL with its credentials.
+        data = redact(asdict(self))
         write_atomically(Path(save_dir) / MANIFEST_FILE, json.dumps(data, indent=2) + "\n")
 
     # ---- the checkpoint index ----

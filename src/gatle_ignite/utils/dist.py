@@ -5,6 +5,8 @@ import logging
 import ignite.distributed as idist
 from ignite.utils import setup_logger
 
+from gatle_ignite.redaction import redact_text
+
 __all__ = ["quiet_ignite_loggers", "rank_zero_print"]
 
 # ignite's own INFO lines (the loader kwargs, the DDP wrap, the process group): each is made
@@ -30,8 +32,17 @@ class _NotTheTraceback(logging.Filter):
         return "is terminating due to exception" not in record.getMessage()
 
 
+class _Redacted(logging.Filter):
+    """ignite's echo of an exception may quote a URL, with its credentials."""
+
+    def filter(self, record) -> bool:
+        record.msg, record.args = redact_text(record.getMessage()), None
+        return True
+
+
 _ENGINE_LOGGER = logging.getLogger("ignite.engine.engine.Engine")
 _TERMINATING = _NotTheTraceback()
+_REDACTED = _Redacted()
 
 
 def quiet_ignite_loggers(verbosity: int) -> None:
@@ -39,6 +50,7 @@ def quiet_ignite_loggers(verbosity: int) -> None:
     level = logging.INFO if verbosity >= 2 else logging.WARNING
     for name in _IGNITE_LOGGERS:
         setup_logger(name, level=level, distributed_rank=0).setLevel(level)
+    _ENGINE_LOGGER.addFilter(_REDACTED)
     if verbosity >= 2:
         _ENGINE_LOGGER.removeFilter(_TERMINATING)
     else:

@@ -15,9 +15,12 @@ _python_format = warnings.formatwarning
 
 
 def _format(message, category, filename, lineno, line=None) -> str:
+    from gatle_ignite.redaction import redact_text  # ml_collections: not for `--version`
+
+    # A warning may quote an exception's text, and with it a URL's credentials.
     if str(filename).startswith(_PACKAGE):
-        return f"warning: {message}\n"
-    return _python_format(message, category, filename, lineno, line)
+        return redact_text(f"warning: {message}\n")
+    return redact_text(_python_format(message, category, filename, lineno, line))
 
 
 def show_framework_warnings_plainly() -> None:

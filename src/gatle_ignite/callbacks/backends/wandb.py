@@ -1,8 +1,12 @@
 """A Weights & Biases run per config; the API key comes from ``WANDB_API_KEY`` only."""
 
+import contextlib
+import sys
+
 from gatle_ignite.callbacks.logging import Backend as BaseBackend
 from gatle_ignite.callbacks.logging import import_extra
 from gatle_ignite.callbacks.run_record import config_payload, redact_text
+from gatle_ignite.redaction import redact_argv
 
 __all__ = ["Backend"]
 
@@ -13,18 +17,19 @@ class Backend(BaseBackend):
     def __init__(self, cfg):
         super().__init__(cfg)
         wandb = import_extra("wandb", "wandb")
-        self.run = wandb.init(
-            project=cfg.project_name,
-            entity=cfg.get("wandb_entity", None),
-            id=cfg.name,
-            name=cfg.name,
-            config=config_payload(cfg),
-            tags=[redact_text(tag) for tag in cfg.tags],
-            resume="allow",
-            save_code=False,
-            allow_val_change=True,
-            settings=wandb.Settings(init_timeout=600),
-        )
+        with _argv_redacted():
+            self.run = wandb.init(
+                project=cfg.project_name,
+                entity=cfg.get("wandb_entity", None),
+                id=cfg.name,
+                name=cfg.name,
+                config=config_payload(cfg),
+                tags=[redact_text(tag) for tag in cfg.tags],
+                resume="allow",
+                save_code=False,
+                allow_val_change=True,
+                settings=wandb.Settings(init_timeout=600),
+            )
 
     def log(self, metrics, step=None, epoch=None):
         payload = dict(metrics)
@@ -38,3 +43,14 @@ class Backend(BaseBackend):
 
     def finish(self, failed=False):
         self.run.finish(exit_code=1 if failed else 0)
+
+
+@contextlib.contextmanager
+def _argv_redacted():
+    """wandb records the command line (``sys.argv``) as the run starts: it gets it redacted."""
+    argv = sys.argv
+    sys.argv = redact_argv(argv)
+    try:
+        yield
+    finally:
+        sys.argv = argv
