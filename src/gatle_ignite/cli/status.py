@@ -98,14 +98,21 @@ def _print_checkpoints(entries: list) -> None:
 
 def _damaged(save_dir: Path, why: str, live: Optional[dict]) -> int:
     """A run whose ``run.json`` cannot be read: what its files say, as a resume would see it."""
+    manifest = save_dir / MANIFEST_FILE
+    if manifest.is_dir():
+        # As a resume refuses it: a requeue loop on this exit code must not go round forever.
+        raise ConfigError(
+            f"{manifest} is a directory, where the run keeps its manifest.\n"
+            f"  Move that directory out of {save_dir}; a resume then rebuilds the manifest."
+        )
     entries = indexed_view(save_dir, None)
     if live is None and not entries:
         raise ConfigError(
-            f"{save_dir / MANIFEST_FILE} is damaged ({why}), and {save_dir} holds no "
-            f"checkpoint.\n  Start the run again (replace_run=True), or give another save_dir."
+            f"{manifest} is damaged ({why}), and {save_dir} holds no checkpoint.\n"
+            f"  Start the run again (a fresh run writes a new one), or give another save_dir."
         )
     print(f"run:      unknown, in {save_dir}")
-    print(f"state:    unknown: {save_dir / MANIFEST_FILE} is damaged ({why})")
+    print(f"state:    unknown: {manifest} is damaged ({why})")
     _print_holder(live)
     print("          a resume rebuilds it from the checkpoints below")
     _print_checkpoints(entries)

@@ -462,7 +462,7 @@ class RunDirectory:
 
     def _repair(self, manifest: Manifest, iteration: int, length: int) -> None:
         """Record the end of a run found finished but still "running": its process was killed
-        after its last checkpoint, before it could say so (an old version's slow teardown)."""
+        after its last checkpoint, before it could say so."""
         manifest.state, manifest.stop_reason = "completed", ""
         manifest.max_epochs = self.cfg.max_epochs
         manifest.epoch_length = length
@@ -533,13 +533,6 @@ class RunDirectory:
     def release(self) -> None:
         """Let the next process in."""
         self.lock.release()
-
-    def close(self, state: str, reason: str = "", trainer=None) -> None:
-        """Record how the run ended, then let the next process in."""
-        try:
-            self.record_end(state, reason, trainer)
-        finally:
-            self.release()
 
 
 def _check_writable_name(path: Path) -> None:

@@ -81,8 +81,8 @@ def _record_failure(trainer, error) -> None:
     except Exception as failure:
         # The error that ended the run is the one to raise; this one is only told.
         warnings.warn(
-            f"run.json could not record that the run {state} ({failure}); `gatle-ignite "
-            f"status` calls it interrupted.",
+            f"run.json could not record how the run ended ({state}: {failure}); "
+            f"`gatle-ignite status` calls it interrupted.",
             stacklevel=3,
         )
     trainer.teardown(failed=True)
