@@ -27,6 +27,24 @@ def child_env(**extra) -> dict:
 
 
 @pytest.fixture
+def cli(capsys, monkeypatch):
+    """``cli("train", config, "resume=True", ...)`` -> (exit code, stdout, stderr), in-process."""
+    from gatle_ignite.cli.main import main
+
+    monkeypatch.chdir(ROOT)
+
+    def run(command, config, *overrides, ckpt=None):
+        args = [command, f"--config={config}", *(f"--override={o}" for o in overrides)]
+        if ckpt is not None:
+            args.append(f"--ckpt={ckpt}")
+        code = main(args)
+        out, err = capsys.readouterr()
+        return code, out, err
+
+    return run
+
+
+@pytest.fixture
 def make_cfg(tmp_path):
     def make(**fields):
         fields.setdefault("save_dir", str(tmp_path / "run"))

@@ -32,22 +32,6 @@ def _config(tmp_path, stem="toy", **fields) -> str:
     return write_toy_config(tmp_path / f"{stem}.py", **fields)
 
 
-@pytest.fixture
-def cli(capsys, monkeypatch):
-    """``cli("train", config, "resume=True", ...)`` -> (exit code, stdout, stderr)."""
-    monkeypatch.chdir(ROOT)
-
-    def run(command, config, *overrides, ckpt=None):
-        args = [command, f"--config={config}", *(f"--override={o}" for o in overrides)]
-        if ckpt is not None:
-            args.append(f"--ckpt={ckpt}")
-        code = main(args)
-        out, err = capsys.readouterr()
-        return code, out, err
-
-    return run
-
-
 def _snapshot(save_dir) -> dict:
     """Every file under save_dir: its bytes' hash and modification time."""
     found = {}
@@ -468,7 +452,7 @@ def test_what_an_interrupted_write_left_is_removed_on_the_next_start(tmp_path, c
         run / "tmpab12_xyz",
     ]
     for path in leftovers:
-        path.write_bytes(b"half a checkpoint")
+        path.write_bytes(b"PK\x03\x04half a checkpoint")
     kept = [run / "notes.txt", run / "tmp_notes.txt", run / ".hidden"]
     for path in kept:
         path.write_text("mine")

@@ -1,14 +1,17 @@
 """``gatle-ignite status SAVE_DIR``: what a run directory holds, and an exit code to act on.
 
 The exit code is for job scripts: 0 the run is finished (completed or stopped early), 75 it
-can be continued with ``resume=True`` (preempted, or killed without a word), 1 it failed or
-diverged, 3 a live process is training it now.
+can be continued with ``resume=True`` (preempted, killed without a word, or its ``run.json``
+damaged, which a resume rebuilds), 1 it failed or diverged, 3 a live process is training it now.
 """
 
 from pathlib import Path
+from typing import Optional
 
 from gatle_ignite.dispatch import ConfigError
 from gatle_ignite.redaction import shown_command
+from gatle_ignite.run.directory import indexed_view
+from gatle_ignite.run.layout import MANIFEST_FILE
 from gatle_ignite.run.lock import holder
 from gatle_ignite.run.manifest import Manifest
 from gatle_ignite.trainer.preemption import EXIT_PREEMPTED
@@ -27,19 +30,20 @@ _EXIT_CODES = {
 }
 
 
-def _read(save_dir: Path) -> Manifest:
+def _read(save_dir: Path) -> tuple:
+    """``(manifest, "")``, or ``(None, why)`` when ``run.json`` is damaged."""
     if not save_dir.is_dir():
         raise ConfigError(f"{save_dir} does not exist.\n  Give the save_dir of a run.")
     try:
         manifest = Manifest.read(save_dir)
-    except (ValueError, TypeError) as error:
-        raise ConfigError(f"{save_dir}/run.json cannot be read: {error}") from error
+    except ValueError as error:
+        return None, str(error)
     if manifest is None:
         raise ConfigError(
             f"{save_dir} holds no gatle-ignite run (no run.json).\n"
             f"  Give the save_dir of a run; a 0.4 run directory gets one at its next resume."
         )
-    return manifest
+    return manifest, ""
 
 
 def _progress(manifest) -> str:
@@ -62,19 +66,56 @@ def _checkpoint_line(entry) -> str:
 def run_status(save_dir) -> int:
     """Print the run in ``save_dir`` and return the exit code its state calls for."""
     save_dir = Path(save_dir)
-    manifest = _read(save_dir)
-    state, live = manifest.state, holder(save_dir)
+    manifest, damage = _read(save_dir)
+    live = holder(save_dir)
+    if manifest is None:
+        return _damaged(save_dir, damage, live)
+    state = manifest.state
     if state == "running" and live is None:
         state = "interrupted"
     reason = f" ({manifest.stop_reason})" if manifest.stop_reason else ""
     print(f"run:      {manifest.name} (id {manifest.run_id}) in {save_dir}")
     print(f"state:    {state}{reason}")
-    if live is not None:
-        command = shown_command(str(live.get("command")))
-        print(f"held by:  pid {live.get('pid')} on {live.get('host')}: {command}")
+    _print_holder(live)
     print(f"trained:  {_progress(manifest)}")
     print(f"config:   {manifest.config_fingerprint}, last written {manifest.updated}")
-    print("checkpoints:")
-    for entry in sorted(manifest.checkpoints, key=lambda e: (e.kind, e.progress_key())):
-        print(_checkpoint_line(entry))
+    _print_checkpoints(manifest.checkpoints)
     return _EXIT_CODES.get(state, EXIT_FAILED)
+
+
+def _print_holder(live: Optional[dict]) -> None:
+    if live is None:
+        return
+    command = shown_command(str(live.get("command")))
+    print(f"held by:  pid {live.get('pid')} on {live.get('host')}: {command}")
+    if live.get("unverified"):
+        print("          (another host, and this file system cannot tell whether it still runs)")
+
+
+def _print_checkpoints(entries: list) -> None:
+    print("checkpoints:")
+    for entry in sorted(entries, key=lambda e: (e.kind, e.progress_key())):
+        print(_checkpoint_line(entry))
+
+
+def _damaged(save_dir: Path, why: str, live: Optional[dict]) -> int:
+    """A run whose ``run.json`` cannot be read: what its files say, as a resume would see it."""
+    manifest = save_dir / MANIFEST_FILE
+    if manifest.is_dir():
+        # As a resume refuses it: a requeue loop on this exit code must not go round forever.
+        raise ConfigError(
+            f"{manifest} is a directory, where the run keeps its manifest.\n"
+            f"  Move that directory out of {save_dir}; a resume then rebuilds the manifest."
+        )
+    entries = indexed_view(save_dir, None)
+    if live is None and not entries:
+        raise ConfigError(
+            f"{manifest} is damaged ({why}), and {save_dir} holds no checkpoint.\n"
+            f"  Start the run again (a fresh run writes a new one), or give another save_dir."
+        )
+    print(f"run:      unknown, in {save_dir}")
+    print(f"state:    unknown: {manifest} is damaged ({why})")
+    _print_holder(live)
+    print("          a resume rebuilds it from the checkpoints below")
+    _print_checkpoints(entries)
+    return EXIT_RUNNING if live is not None else EXIT_PREEMPTED

@@ -8,7 +8,6 @@ config error or go on together.
 
 import json
 import math
-import shutil
 import warnings
 import weakref
 from dataclasses import dataclass, field
@@ -20,18 +19,25 @@ import torch
 
 from gatle_ignite.dispatch import ConfigError
 from gatle_ignite.run import identity
+from gatle_ignite.run.filesystem import confined, remove_quietly, save_dir_error
 from gatle_ignite.run.layout import (
     CONFIG_FILE,
     LATEST_ITER_PREFIX,
     LATEST_PREFIX,
     MANIFEST_FILE,
+    METRICS_FILE,
     OWNED_LOGS,
     Entry,
     checkpoint_files,
     is_staging,
     parse_checkpoint_name,
 )
-from gatle_ignite.run.loading import UnreadableCheckpoint, load_checkpoint_file, read_progress
+from gatle_ignite.run.loading import (
+    UnreadableCheckpoint,
+    VanishedCheckpoint,
+    load_checkpoint_file,
+    read_progress,
+)
 from gatle_ignite.run.lock import RunLock
 from gatle_ignite.run.manifest import Manifest
 from gatle_ignite.utils.dist import rank_zero_print
@@ -70,8 +76,9 @@ def entry_for(path: Path, progress: Optional[tuple] = None) -> Entry:
     return entry
 
 
-def _adopted(path: Path, epoch_length: Optional[int]) -> Entry:
-    """The entry of a file the index does not know (an older run, or an interrupted update).
+def _adopted(path: Path, epoch_length: Optional[int]) -> Optional[Entry]:
+    """The entry of a file the index does not know (an older run, or an interrupted update);
+    None when it vanished since it was listed (rotated out by a run training there).
 
     A sharded directory is known by its name alone: indexing never unpickles its metadata, and
     only the checkpoint a command picks is opened, through the safe reader.
@@ -83,6 +90,8 @@ def _adopted(path: Path, epoch_length: Optional[int]) -> Entry:
         return entry
     try:
         return entry_for(path, read_progress(path))
+    except VanishedCheckpoint:
+        return None
     except (UnreadableCheckpoint, ConfigError):
         return entry_for(path)
 
@@ -93,15 +102,19 @@ def indexed_view(save_dir, manifest: Optional[Manifest]) -> list:
     known = [e for e in (manifest.checkpoints if manifest else []) if e.file in on_disk]
     indexed = {e.file for e in known}
     length = manifest.epoch_length if manifest else None
-    return known + [_adopted(p, length) for name, p in on_disk.items() if name not in indexed]
+    adopted = [_adopted(p, length) for name, p in on_disk.items() if name not in indexed]
+    return known + [e for e in adopted if e is not None]
 
 
 def first_loadable(save_dir, entries, map_location="cpu"):
-    """``(entry, state)`` of the first entry whose file loads; damaged ones are skipped, loudly."""
+    """``(entry, state)`` of the first entry whose file loads; damaged ones are skipped, loudly,
+    and one that is gone (rotated out since it was listed) quietly: it is not there."""
     for entry in entries:
         path = Path(save_dir) / entry.file
         try:
             return entry, load_checkpoint_file(path, map_location=map_location)
+        except VanishedCheckpoint:
+            continue
         except UnreadableCheckpoint as error:
             warnings.warn(
                 f"skipping {path}, which does not load ({error.reason}); trying the next "
@@ -113,9 +126,12 @@ def first_loadable(save_dir, entries, map_location="cpu"):
 
 def latest_checkpoint(save_dir):
     """``(path, state)`` of the furthest-trained resumable checkpoint that loads, or None."""
-    entries = indexed_view(save_dir, _read_manifest(save_dir))
-    resumable = sorted((e for e in entries if e.resumable), key=Entry.progress_key, reverse=True)
-    return _loaded(save_dir, resumable, "latest")
+
+    def listing() -> list:
+        entries = indexed_view(save_dir, _read_manifest(save_dir))
+        return sorted((e for e in entries if e.resumable), key=Entry.progress_key, reverse=True)
+
+    return _loaded(save_dir, listing, "latest")
 
 
 def eval_checkpoint(save_dir, which: str, prefix: str = "valid_"):
@@ -134,18 +150,31 @@ def eval_checkpoint(save_dir, which: str, prefix: str = "valid_"):
             )
         return path, _load_named(path)
     engine = prefix[:-1] if prefix.endswith("_") else prefix
-    entries = indexed_view(save_dir, _read_manifest(save_dir))
-    bests = [e for e in entries if e.kind == "best" and e.engine == engine]
-    bests.sort(key=lambda e: (e.score if e.score is not None else -math.inf, e.progress_key()))
-    return _loaded(save_dir, list(reversed(bests)), "best")
+
+    def listing() -> list:
+        entries = indexed_view(save_dir, _read_manifest(save_dir))
+        bests = [e for e in entries if e.kind == "best" and e.engine == engine]
+        bests.sort(key=lambda e: (e.score if e.score is not None else -math.inf, e.progress_key()))
+        return list(reversed(bests))
+
+    return _loaded(save_dir, listing, "best")
 
 
-def _loaded(save_dir, entries: list, which: str):
-    """The first of ``entries`` that loads; None when there are none, and a config error when
-    every one is damaged, which is not the same as a run without checkpoints."""
-    entry, state = first_loadable(save_dir, entries)
-    if entry is not None:
-        return Path(save_dir) / entry.file, state
+# A run training in the directory may rotate out every file of a listing before it is read;
+# the files that replaced them are in the next one.
+_LISTINGS = 3
+
+
+def _loaded(save_dir, listing, which: str):
+    """The first checkpoint of ``listing()`` that loads; None when there are none, and a config
+    error when every one is damaged, which is not the same as a run without checkpoints."""
+    for _attempt in range(_LISTINGS):
+        entries = listing()
+        entry, state = first_loadable(save_dir, entries)
+        if entry is not None:
+            return Path(save_dir) / entry.file, state
+        if all((Path(save_dir) / e.file).exists() for e in entries):
+            break
     if entries:
         raise ConfigError(
             f"no {which!r} checkpoint in {save_dir} can be loaded: the {len(entries)} there are "
@@ -206,7 +235,7 @@ class RunDirectory:
         plan = None
         if idist.get_rank() == 0:
             try:
-                plan = self._decide()
+                plan = self._decide_plainly()
             except ConfigError as error:
                 self.lock.release()
                 plan = Plan("refused", error=str(error))
@@ -219,9 +248,18 @@ class RunDirectory:
         self.plan = plan
         return plan
 
+    def _decide_plainly(self) -> Plan:
+        """The decision; a file-system failure under save_dir is the config error saying so."""
+        try:
+            return self._decide()
+        except OSError as error:
+            explained = save_dir_error(self.path, error)
+            if explained is None:
+                raise
+            raise explained from error
+
     def _decide(self) -> Plan:
         self.lock.acquire()
-        self._remove_interrupted_writes()
         found = _read_manifest(self.path)
         entries = indexed_view(self.path, found)
         payload = self.payload
@@ -229,23 +267,21 @@ class RunDirectory:
             if entries:
                 self._replace_or_refuse(found, entries)
             return self._start(payload)
-        if not any(e.resumable for e in entries):
-            if entries:
-                self._replace_or_refuse(found, entries)
+        if not entries:
             warnings.warn(
                 f"resume=True but {self.path} has no {LATEST_PREFIX}* or {LATEST_ITER_PREFIX}* "
                 f"checkpoint, so the run starts from scratch.",
-                stacklevel=4,
+                stacklevel=5,
             )
             return self._start(payload)
-        return self._resume(self._adopt(found, entries, payload), payload)
+        # Still "running" while this process holds the lock: its writer died without a word.
+        stale = found is not None and found.state == "running"
+        return self._resume(self._adopt(found, entries, payload), payload, stale)
 
     def _remove_interrupted_writes(self) -> None:
-        if not self.path.is_dir():
-            return
         for leftover in self.path.iterdir():
-            if is_staging(leftover.name):
-                _delete(leftover)
+            if is_staging(leftover):
+                remove_quietly(leftover)
 
     def _replace_or_refuse(self, manifest: Optional[Manifest], entries: list) -> None:
         found = manifest.describe() if manifest else f"{len(entries)} checkpoint(s) of a run"
@@ -260,7 +296,7 @@ class RunDirectory:
         doomed = [self.path / e.file for e in entries]
         doomed += [self.path / name for name in (MANIFEST_FILE, CONFIG_FILE, *OWNED_LOGS)]
         for path in doomed:
-            _delete(path)
+            remove_quietly(path)
         rank_zero_print(f"REPLACED {found} in {self.path}: deleted {len(entries)} checkpoint(s).")
 
     def _start(self, payload: dict) -> Plan:
@@ -270,11 +306,16 @@ class RunDirectory:
         return Plan("fresh")
 
     def _begin(self) -> None:
+        """Claim the directory for training: what interrupted writes left removed, the files
+        the run writes checked, the holder noted, and the state recorded as running, last."""
+        self.path.mkdir(parents=True, exist_ok=True)
+        self._remove_interrupted_writes()
+        for name in (MANIFEST_FILE, CONFIG_FILE, METRICS_FILE):
+            _check_writable_name(self.path / name)
         self.manifest.state = "running"
         self.manifest.stop_reason = ""
-        self.path.mkdir(parents=True, exist_ok=True)
-        self.manifest.write(self.path)
         self.lock.note_holder()
+        self.manifest.write(self.path)
 
     def _adopt(self, found: Optional[Manifest], entries: list, payload: dict) -> Manifest:
         """The run's manifest, made from its files when it has none (a 0.4 run directory)."""
@@ -284,23 +325,16 @@ class RunDirectory:
                 warnings.warn(
                     f"{self.path} has no record of the config its run was started with, so "
                     f"this resume cannot check what changed.",
-                    stacklevel=5,
+                    stacklevel=6,
                 )
             config = recorded if recorded is not None else payload
             found = Manifest.new(self.cfg.name, config, identity.fingerprint(config))
         found.checkpoints = entries
         return found
 
-    def _resume(self, manifest: Manifest, payload: dict) -> Plan:
-        accepted = self._check_changes(manifest, payload)
-        entry, state = first_loadable(self.path, manifest.resumable_newest_first())
-        if entry is None:
-            raise ConfigError(
-                f"resume=True but no checkpoint in {self.path} can be loaded (see the warnings "
-                f"above).\n"
-                f"  Replace the run with --override resume=False --override replace_run=True, "
-                f"or restore a checkpoint file."
-            )
+    def _resume(self, manifest: Manifest, payload: dict, stale: bool) -> Plan:
+        entry, state = self._resumable_state(manifest)
+        accepted = self._check_changes(manifest, payload, _schedule_length(state))
         engine = state.get("trainer", {}) if isinstance(state, dict) else {}
         length = engine.get("epoch_length") or manifest.epoch_length
         iteration = engine.get("iteration", entry.iteration) or 0
@@ -308,6 +342,8 @@ class RunDirectory:
         self._loaded = (str(self.path / entry.file), state)
         finished = self._finished(manifest, payload, iteration, length)
         if finished:
+            if stale:
+                self._repair(manifest, iteration, length)
             self.lock.release()
             return Plan("nothing", message=finished, checkpoint=str(self.path / entry.file))
         if accepted:
@@ -325,13 +361,46 @@ class RunDirectory:
             checkpoints=list(manifest.checkpoints),
         )
 
-    def _check_changes(self, manifest: Manifest, payload: dict) -> dict:
-        """The accepted changes, ``{field: [old, new]}``; any other change is refused."""
+    def _resumable_state(self, manifest: Manifest) -> tuple:
+        """``(entry, state)`` to resume from: the furthest-trained resumable checkpoint that
+        loads, or else the furthest best file holding a whole training state (a kill or a full
+        disk came between an epoch's best and latest writes)."""
+        entry, state = first_loadable(self.path, manifest.resumable_newest_first())
+        if entry is not None:
+            return entry, state
+        bests = [e for e in manifest.checkpoints if e.kind == "best"]
+        for best in sorted(bests, key=Entry.progress_key, reverse=True):
+            entry, state = first_loadable(self.path, [best])
+            if entry is not None and "trainer" in state:
+                warnings.warn(
+                    f"no {LATEST_PREFIX}* or {LATEST_ITER_PREFIX}* checkpoint of the run in "
+                    f"{self.path} loads; resuming from its best file {entry.file}, which holds "
+                    f"the whole training state at its epoch's end.",
+                    stacklevel=6,
+                )
+                return entry, state
+        held = ", ".join(e.file for e in bests) or "none"
+        raise ConfigError(
+            f"resume=True but no checkpoint in {self.path} can be resumed from: no "
+            f"{LATEST_PREFIX}* or {LATEST_ITER_PREFIX}* file loads, and no best file holds a "
+            f"training state (best files: {held}; see the warnings above).\n"
+            f"  Replace the run with --override resume=False --override replace_run=True "
+            f"(model_checkpoint_dir=<a best file> starts it from those weights), or restore a "
+            f"checkpoint file."
+        )
+
+    def _check_changes(self, manifest: Manifest, payload: dict, built_for) -> dict:
+        """The accepted changes, ``{field: [old, new]}``; any other change is refused, and so is
+        an accepted name that changes nothing.
+
+        ``built_for`` is the max_epochs the checkpoint's schedule was built for: naming
+        ``max_epochs`` refits the schedule to this config's.
+        """
         changes = identity.config_changes(manifest.config, payload, self.defaults)
         accept = list(self.cfg.get("accept_changes", []) or [])
-        if "max_epochs" in accept and manifest.max_epochs not in (None, self.cfg.max_epochs):
-            # Operational, but naming it refits the schedule to the new length.
-            changes.append(("max_epochs", manifest.max_epochs, self.cfg.max_epochs))
+        length = built_for if built_for is not None else manifest.max_epochs
+        if "max_epochs" in accept and length not in (None, self.cfg.max_epochs):
+            changes.append(("max_epochs", length, self.cfg.max_epochs))
         refused = [c for c in changes if not identity.accepted(c[0], accept)]
         if refused:
             listed = "\n".join(f"    {name}: {old!r} -> {new!r}" for name, old, new in refused)
@@ -342,7 +411,31 @@ class RunDirectory:
                 f'--override "accept_changes=[{names}]" (it then takes effect from the '
                 f"checkpoint on), or start a new run in another save_dir."
             )
+        self._check_accepted_names(manifest, accept, [c[0] for c in changes], length)
         return {name: [old, new] for name, old, new in changes}
+
+    def _check_accepted_names(self, manifest, accept: list, changed: list, length) -> None:
+        """Every name in ``accept_changes`` is a field this resume changes (or an earlier resume
+        of the run accepted, for a requeued command): a typo or an unchanged field is refused,
+        or it would pass for an accepted change that never happened."""
+        fields = {*identity.flatten(manifest.config), *identity.flatten(self.payload)}
+        earlier = manifest.accepted_before()
+        for name in accept:
+            covers = [f for f in (*changed, *earlier) if identity.accepted(f, [name])]
+            if covers or (name == "max_epochs" and length is None):
+                continue
+            if name != "max_epochs" and not any(identity.accepted(f, [name]) for f in fields):
+                problem = "which is no field of the config (a typo?)"
+            elif name != "max_epochs" and identity.operational(name):
+                problem = "which a resume may change without accepting it"
+            else:
+                problem = "but this resume does not change it"
+            raise ConfigError(
+                f"accept_changes names {name!r}, {problem}.\n"
+                f"  Name only fields whose change you accept (a field such as "
+                f"'optimizer_params.lr' or a group such as 'model_params'), or leave "
+                f"accept_changes out."
+            )
 
     def _check_max_epochs(self, iteration: int, length: Optional[int]) -> None:
         if not length:
@@ -376,6 +469,27 @@ class RunDirectory:
                 f"  Raise early_stop_patience (or set it to 0) to train it further."
             )
         return None
+
+    def _repair(self, manifest: Manifest, iteration: int, length: int) -> None:
+        """Record the end of a run found finished but still "running": its process was killed
+        after its last checkpoint, before it could say so."""
+        manifest.state, manifest.stop_reason = "completed", ""
+        manifest.max_epochs = self.cfg.max_epochs
+        manifest.epoch_length = length
+        manifest.trained_iteration, manifest.trained_epoch = iteration, iteration // length
+        where = self.path / MANIFEST_FILE
+        try:
+            manifest.write(self.path)
+        except (OSError, ConfigError) as error:
+            warnings.warn(
+                f"{where} still says the run is running, and cannot be corrected ({error}).",
+                stacklevel=6,
+            )
+            return
+        rank_zero_print(
+            f"REPAIRED {where}: state running -> completed (its process ended after the last "
+            f"checkpoint without recording it)."
+        )
 
     # ---- the resumed checkpoint ----
 
@@ -414,24 +528,39 @@ class RunDirectory:
 
     # ---- closing ----
 
-    def close(self, state: str, reason: str = "", trainer=None) -> None:
-        """Record how the run ended, then let the next process in."""
-        try:
-            if idist.get_rank() == 0 and self.manifest is not None:
-                self.manifest.state = state
-                self.manifest.stop_reason = reason
-                if trainer is not None:
-                    self._note_progress(trainer)
-                self.manifest.write(self.path)
-        finally:
-            self.lock.release()
+    def record_end(self, state: str, reason: str = "", trainer=None) -> None:
+        """Record how the run ended (rank 0). Done before the slow part of a teardown, and
+        written in place when the disk is too full for a new file: a process killed while its
+        backends close, or one that saw its disk fill, never leaves the run "running"."""
+        if idist.get_rank() != 0 or self.manifest is None:
+            return
+        self.manifest.state = state
+        self.manifest.stop_reason = reason
+        if trainer is not None:
+            self._note_progress(trainer)
+        self.manifest.write(self.path, last_word=True)
+
+    def release(self) -> None:
+        """Let the next process in."""
+        self.lock.release()
 
 
-def _delete(path: Path) -> None:
-    if path.is_dir():
-        shutil.rmtree(path, ignore_errors=True)
-    else:
-        path.unlink(missing_ok=True)
+def _check_writable_name(path: Path) -> None:
+    """Refuse, before the run writes a byte, a name it writes that cannot be written: a link
+    out of save_dir, or a directory where its file goes."""
+    confined(path)
+    if path.is_dir() and not path.is_symlink():
+        raise ConfigError(
+            f"{path} is a directory, where the run keeps its {path.name} file.\n"
+            f"  Move that directory out of {path.parent}, or give the run another save_dir."
+        )
+
+
+def _schedule_length(state) -> Optional[int]:
+    """The max_epochs a checkpoint's learning-rate schedule was built for, when it says."""
+    meta = state.get("run_meta") if hasattr(state, "get") else None
+    length = meta.get("max_epochs") if isinstance(meta, dict) else None
+    return length if isinstance(length, int) else None
 
 
 def _recorded_config(save_dir: Path) -> Optional[dict]:

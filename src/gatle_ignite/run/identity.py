@@ -10,7 +10,7 @@ import hashlib
 import json
 from collections.abc import Mapping
 
-__all__ = ["OPERATIONAL", "accepted", "config_changes", "fingerprint", "flatten"]
+__all__ = ["OPERATIONAL", "accepted", "config_changes", "fingerprint", "flatten", "operational"]
 
 # Dotted names, with shell-style wildcards, whose change never changes what a run is.
 # max_epochs is here because raising it continues the run; lowering it is refused elsewhere.
@@ -77,12 +77,13 @@ def flatten(payload: Mapping, prefix: str = "") -> dict:
     return flat
 
 
-def _operational(name: str) -> bool:
+def operational(name: str) -> bool:
+    """Whether a change of ``name`` leaves the run what it is."""
     return any(fnmatch.fnmatchcase(name, pattern) for pattern in OPERATIONAL)
 
 
 def _defining(payload: Mapping) -> dict:
-    return {k: v for k, v in flatten(payload).items() if not _operational(k)}
+    return {k: v for k, v in flatten(payload).items() if not operational(k)}
 
 
 def fingerprint(payload: Mapping) -> str:

@@ -17,6 +17,7 @@ __all__ = [
     "LATEST_PREFIX",
     "LOCK_FILE",
     "MANIFEST_FILE",
+    "METRICS_FILE",
     "OWNED_LOGS",
     "Entry",
     "best_prefix_for",
@@ -41,14 +42,20 @@ CHECKPOINT_EXTENSIONS = (".pt", ".dcp")
 MANIFEST_FILE = "run.json"
 LOCK_FILE = "run.lock"
 CONFIG_FILE = "config.json"
+METRICS_FILE = "metrics.csv"
 # What the framework's own sinks write into save_dir; replaced with the run they belong to.
-OWNED_LOGS = ("metrics.csv", "tensorboard")
+OWNED_LOGS = (METRICS_FILE, "tensorboard")
 
 # Everything written under a temporary name first carries this marker, so a start can tell an
 # interrupted write from a user's file.
 _STAGING_MARK = ".partial-"
-# ignite's DiskSaver stages under tempfile's names ("tmp" and 8 characters), as 0.4 did.
+_STAGED = re.compile(r"^\.(?P<name>.+)\.partial-[0-9a-z]+$")
+# The files besides checkpoints that are written through a staging name.
+_STAGED_FILES = (MANIFEST_FILE, CONFIG_FILE, METRICS_FILE)
+# ignite's DiskSaver stages under tempfile's names ("tmp" and 8 characters), as 0.4 did: a file
+# holding the start of a torch checkpoint (a zip archive or a pickle), or nothing yet.
 _LEGACY_STAGING = re.compile(r"^tmp[a-z0-9_]{8}$")
+_TORCH_STARTS = (b"PK\x03\x04", b"\x80")
 
 _TRAILING_NUMBER = re.compile(r"_(-?\d+(?:\.\d+)?)\.[^.]+$")
 _NAME = re.compile(
@@ -126,9 +133,25 @@ def staging_path(path: Path, token: str) -> Path:
     return path.parent / f".{path.name}{_STAGING_MARK}{token}"
 
 
-def is_staging(name: str) -> bool:
-    """Whether ``name`` is what an interrupted write left behind (ours, or ignite's)."""
-    return (name.startswith(".") and _STAGING_MARK in name) or bool(_LEGACY_STAGING.match(name))
+def is_staging(path: Path) -> bool:
+    """Whether ``path`` is what an interrupted write left behind: one of the framework's staging
+    names, or a file of ignite's temporary-file pattern that holds (the start of) a checkpoint.
+
+    Nothing else qualifies, so a user's ``tmp_results/`` or ``.notes.partial-1`` stays.
+    """
+    path = Path(path)
+    staged = _STAGED.match(path.name)
+    if staged is not None:
+        name = staged["name"]
+        return name in _STAGED_FILES or parse_checkpoint_name(name) is not None
+    if not _LEGACY_STAGING.match(path.name) or path.is_symlink() or not path.is_file():
+        return False
+    try:
+        with open(path, "rb") as handle:
+            head = handle.read(4)
+    except OSError:
+        return False
+    return not head or head.startswith(_TORCH_STARTS)
 
 
 # ---- 0.4's finders, by name and modification time, kept for the projects that call them. The

@@ -22,6 +22,7 @@ from gatle_ignite.utils.dist import rank_zero_print
 __all__ = [
     "RunMeta",
     "UnreadableCheckpoint",
+    "VanishedCheckpoint",
     "load_checkpoint_file",
     "load_weights",
     "read_progress",
@@ -41,6 +42,14 @@ class UnreadableCheckpoint(Exception):
         super().__init__(f"{path}: {reason}")
         self.path = path
         self.reason = reason
+
+
+class VanishedCheckpoint(UnreadableCheckpoint):
+    """A checkpoint that is no longer there: removed (rotated out by a run training in its
+    directory) between being listed and being read."""
+
+    def __init__(self, path):
+        super().__init__(path, "it is gone: removed since it was listed")
 
 
 class RunMeta:
@@ -114,12 +123,21 @@ def load_checkpoint_file(path, map_location="cpu", mmap: bool = False):
         return torch.load(path, map_location=map_location, weights_only=True, mmap=mmap)
     except UnreadableCheckpoint:
         raise
+    except FileNotFoundError as error:
+        raise VanishedCheckpoint(path) from error
     except pickle.UnpicklingError as error:
         if "GLOBAL" in str(error) and _is_complete_pickle_of_objects(path):
             raise _refusal(path, error) from error
-        raise UnreadableCheckpoint(path, _diagnosis(path, error)) from error
+        raise _unreadable(path, error) from error
     except (OSError, RuntimeError, EOFError, ValueError, KeyError, IndexError, TypeError) as error:
-        raise UnreadableCheckpoint(path, _diagnosis(path, error)) from error
+        raise _unreadable(path, error) from error
+
+
+def _unreadable(path: Path, error: Exception) -> UnreadableCheckpoint:
+    try:
+        return UnreadableCheckpoint(path, _diagnosis(path, error))
+    except FileNotFoundError:
+        return VanishedCheckpoint(path)
 
 
 def _diagnosis(path: Path, error: Exception) -> str:
@@ -152,6 +170,8 @@ def _open_sharded(path: Path):
             raise _refusal(metadata, error) from error
         raise UnreadableCheckpoint(path, "its metadata is damaged") from error
     except FileNotFoundError as error:
+        if not path.exists():
+            raise VanishedCheckpoint(path) from error
         raise UnreadableCheckpoint(path, f"an incomplete sharded checkpoint ({error})") from error
     except (OSError, EOFError, ValueError, AttributeError, TypeError) as error:
         raise UnreadableCheckpoint(path, f"damaged ({type(error).__name__}: {error})") from error

@@ -5,15 +5,19 @@ the kernel drops the lock, so a dead run never blocks the next one. The file als
 it, for the message a second process gets.
 """
 
+import contextlib
+import errno
 import json
 import os
 import socket
 import sys
+import time
 from pathlib import Path
 from typing import Optional
 
 from gatle_ignite.dispatch import ConfigError
 from gatle_ignite.redaction import shown_command
+from gatle_ignite.run.filesystem import confined
 from gatle_ignite.run.layout import LOCK_FILE
 
 try:
@@ -33,18 +37,22 @@ class _Held:
         self.noted = False
 
 
+# A lock file that cannot be opened for writing is still locked, read-only, where it exists.
+_READ_ONLY = (errno.EROFS, errno.EACCES, errno.EPERM)
+_ATTEMPTS, _RETRY_SECONDS = 5, 0.02
+
 # The locks this process holds, by lock file: a second trainer of the same process on the same
 # save_dir (a script building two to compare them) shares the lock instead of refusing itself.
 _HELD: dict = {}
 
 
 def _lock(path: Path):
-    path.parent.mkdir(parents=True, exist_ok=True)
-    # Appending: opening must not erase the holder's note before we know we hold the lock.
-    handle = open(path, "a+", encoding="utf-8")
-    try:
-        fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
+    """The open lock file, locked; None where no file can be made (a read-only directory,
+    which no other process can train into either)."""
+    handle = _open_lock_file(path)
+    if handle is None:
+        return None
+    if not _try_lock(handle):
         holder_text = _describe(_read_note(handle))
         handle.close()
         raise ConfigError(
@@ -52,6 +60,33 @@ def _lock(path: Path):
             f"  Wait for it to finish, stop it, or give this run its own save_dir."
         ) from None
     return handle
+
+
+def _open_lock_file(path: Path):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        # Appending: opening must not erase the holder's note before we know we hold the lock.
+        return open(confined(path), "a+", encoding="utf-8")
+    except OSError as error:
+        if error.errno not in _READ_ONLY:
+            raise
+    try:
+        return open(path, encoding="utf-8")
+    except FileNotFoundError:
+        return None
+
+
+def _try_lock(handle) -> bool:
+    """Take the lock without waiting for a holder; a ``status`` probing it holds it for
+    microseconds, so a busy lock is tried a few more times before it counts as held."""
+    for attempt in range(_ATTEMPTS):
+        try:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            if attempt + 1 < _ATTEMPTS:
+                time.sleep(_RETRY_SECONDS)
+    return False
 
 
 class RunLock:
@@ -72,14 +107,14 @@ class RunLock:
 
     def note_holder(self) -> None:
         """Say in the lock file who holds it; done once the run is sure to start."""
-        if self._held is None:
-            return
+        handle = self._held.handle if self._held is not None else None
+        if handle is None or not handle.writable():
+            return  # a read-only directory, where the run's first write is refused
         note = {
             "pid": os.getpid(),
             "host": socket.gethostname(),
             "command": shown_command(sys.argv),
         }
-        handle = self._held.handle
         handle.seek(0)
         handle.truncate()
         handle.write(json.dumps(note) + "\n")
@@ -94,28 +129,55 @@ class RunLock:
         if held.users:
             return
         del _HELD[self.path]
-        if held.noted:
-            # A note left behind would name a process that no longer holds the directory.
-            held.handle.truncate(0)
-        held.handle.close()
+        if held.handle is None:
+            return
+        # Closing drops the lock even when the file system refuses the last write (a full
+        # disk): the note is only a message, so its failure is not this process's error.
+        with contextlib.suppress(OSError):
+            if held.noted:
+                # A note left behind would name a process that no longer holds the directory.
+                held.handle.truncate(0)
+        with contextlib.suppress(OSError):
+            held.handle.close()
 
 
 def holder(save_dir) -> Optional[dict]:
     """The live process that holds ``save_dir`` (``pid``, ``host``, ``command``), or None.
 
-    Read without locking, so asking never gets in a starting run's way. A process on another
-    host cannot be checked from here and counts as live.
+    The note in the lock file says who; the lock itself says whether: a non-blocking probe,
+    released at once, succeeds only when no process holds it, on any host sharing the file
+    system. Where the probe cannot answer (no ``flock``, a file system that refuses it), a
+    holder on this host is checked by its pid, and one on another host is returned with
+    ``unverified`` set: nothing here can tell whether it lives.
     """
+    path = Path(save_dir) / LOCK_FILE
     try:
-        with open(Path(save_dir) / LOCK_FILE, encoding="utf-8") as handle:
+        with open(path, encoding="utf-8") as handle:
             note = _read_note(handle)
+            held = _probe(handle) if note is not None else None
     except OSError:
         return None
-    if note is None:
+    if note is None or held is False:
         return None
-    if note.get("host") == socket.gethostname() and not _alive(note.get("pid")):
-        return None
+    if held is None:
+        if note.get("host") == socket.gethostname():
+            return note if _alive(note.get("pid")) else None
+        note["unverified"] = True
     return note
+
+
+def _probe(handle) -> Optional[bool]:
+    """Whether a process holds the lock on ``handle``'s file; None when it cannot be told."""
+    if fcntl is None:
+        return None
+    try:
+        fcntl.flock(handle.fileno(), fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    except OSError:
+        return None
+    fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+    return False
 
 
 def _alive(pid) -> bool:

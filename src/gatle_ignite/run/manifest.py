@@ -6,7 +6,6 @@ the whole file atomically, so a reader sees the old manifest or the new one, nev
 """
 
 import json
-import os
 import socket
 import uuid
 from dataclasses import asdict, dataclass, field
@@ -15,7 +14,8 @@ from pathlib import Path
 from typing import Optional
 
 from gatle_ignite.redaction import redact
-from gatle_ignite.run.layout import MANIFEST_FILE, Entry, staging_path
+from gatle_ignite.run.filesystem import write_atomically
+from gatle_ignite.run.layout import MANIFEST_FILE, Entry, parse_checkpoint_name
 
 __all__ = ["STATES", "Entry", "Manifest", "write_atomically"]
 
@@ -26,19 +26,6 @@ STATES = ("running", "completed", "early-stopped", "preempted", "failed", "diver
 
 def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
-
-
-def write_atomically(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` so that a kill at any moment leaves the old file or the new.
-
-    Not fsynced, as the checkpoints are not: a killed process loses nothing the kernel holds,
-    and an fsync per checkpoint costs milliseconds the loop would wait for (bench.train_step);
-    a power cut is what the start's reconciliation of the index with the files is for.
-    """
-    staging = staging_path(path, uuid.uuid4().hex[:8])
-    with open(staging, "w", encoding="utf-8") as handle:
-        handle.write(text)
-    os.replace(staging, path)
 
 
 @dataclass
@@ -75,24 +62,39 @@ class Manifest:
 
     @classmethod
     def read(cls, save_dir) -> Optional["Manifest"]:
-        """The manifest in ``save_dir``; None when there is none. Raises ValueError when the
-        file exists but is not a manifest this version can read."""
+        """The manifest in ``save_dir``; None when there is none. Raises ValueError when
+        ``run.json`` is there but is not a manifest this version can read: not a file, not
+        JSON, another format, or a field of the wrong type."""
         path = Path(save_dir) / MANIFEST_FILE
         try:
             text = path.read_text(encoding="utf-8")
         except FileNotFoundError:
             return None
+        except OSError as error:
+            raise ValueError(f"{path} cannot be read: {error.strerror}") from error
         data = json.loads(text)
         if not isinstance(data, dict) or data.get("format") != FORMAT:
             raise ValueError(f"{path} is not a run manifest of format {FORMAT}")
-        entries = [Entry(**entry) for entry in data.pop("checkpoints", [])]
-        return cls(**data, checkpoints=entries)
+        _check_fields(data, _MANIFEST_TYPES, str(path), required=_REQUIRED)
+        if data.get("state", "running") not in STATES:
+            raise ValueError(f"{path}: state {data['state']!r} is none of {', '.join(STATES)}")
+        for accepted in data.get("accepted_changes", []):
+            if not (isinstance(accepted, dict) and isinstance(accepted.get("changes"), dict)):
+                raise ValueError(f"{path}: an accepted change is {accepted!r}, not a record")
+        entries = data.pop("checkpoints", [])
+        for entry in entries:
+            _check_entry(entry, path)
+        return cls(**data, checkpoints=[Entry(**entry) for entry in entries])
 
-    def write(self, save_dir) -> None:
+    def write(self, save_dir, last_word: bool = False) -> None:
+        """Replace ``run.json``; ``last_word``: the end of a failing run, written in place when
+        the disk is too full for a new file."""
         self.updated = _now()
         # stop_reason quotes an exception, which may quote a URL with its credentials.
         data = redact(asdict(self))
-        write_atomically(Path(save_dir) / MANIFEST_FILE, json.dumps(data, indent=2) + "\n")
+        text = json.dumps(data, indent=2) + "\n"
+        compact = json.dumps(data, separators=(",", ":")) + "\n" if last_word else None
+        write_atomically(Path(save_dir) / MANIFEST_FILE, text, when_full=compact)
 
     # ---- the checkpoint index ----
 
@@ -113,6 +115,10 @@ class Manifest:
         entries = [e for e in self.checkpoints if e.resumable]
         return sorted(entries, key=Entry.progress_key, reverse=True)
 
+    def accepted_before(self) -> set:
+        """The fields an earlier resume of this run accepted a change of."""
+        return {name for record in self.accepted_changes for name in record["changes"]}
+
     def describe(self) -> str:
         """One line naming the run, for messages about it."""
         trained = f"epoch {self.trained_epoch}, iteration {self.trained_iteration}"
@@ -120,3 +126,74 @@ class Manifest:
             f"run '{self.name}' (id {self.run_id}, {self.state}, trained to {trained}, "
             f"{len(self.checkpoints)} checkpoint(s), last written {self.updated or self.created})"
         )
+
+
+# ---- what read() accepts: each field's types, so that a file of valid JSON with a wrong type
+# in it is a damaged manifest, found when it is read rather than an epoch later ----
+
+_TEXT, _COUNT, _MAYBE_COUNT = (str,), (int,), (int, type(None))
+_MANIFEST_TYPES = {
+    "run_id": _TEXT,
+    "name": _TEXT,
+    "created": _TEXT,
+    "config": (dict,),
+    "config_fingerprint": _TEXT,
+    "state": _TEXT,
+    "stop_reason": _TEXT,
+    "host": _TEXT,
+    "updated": _TEXT,
+    "max_epochs": _MAYBE_COUNT,
+    "epoch_length": _MAYBE_COUNT,
+    "trained_epoch": _COUNT,
+    "trained_iteration": _COUNT,
+    "accepted_changes": (list,),
+    "checkpoints": (list,),
+    "format": _COUNT,
+}
+_ENTRY_TYPES = {
+    "file": _TEXT,
+    "kind": _TEXT,
+    "epoch": _MAYBE_COUNT,
+    "iteration": _MAYBE_COUNT,
+    "engine": _TEXT,
+    "score": (int, float, type(None)),
+}
+_REQUIRED = ("run_id", "name", "created", "config", "config_fingerprint")
+_KIND_NAMES = {
+    str: "text",
+    int: "a whole number >= 0",
+    float: "a number",
+    dict: "an object",
+    list: "a list",
+    type(None): "null",
+}
+
+
+def _check_fields(data: dict, types: dict, where: str, required=()) -> None:
+    unknown = sorted(set(data) - set(types))
+    missing = [name for name in required if name not in data]
+    if unknown or missing:
+        raise ValueError(f"{where} has unknown fields {unknown} or lacks required ones {missing}")
+    for name, value in data.items():
+        if not _fits(value, types[name]):
+            wanted = " or ".join(_KIND_NAMES[t] for t in types[name])
+            raise ValueError(f"{where}: {name} is {value!r}, not {wanted}")
+
+
+def _fits(value, types: tuple) -> bool:
+    # JSON's true and false are not numbers, nor is a negative count a position in a run.
+    if isinstance(value, bool):
+        return False
+    if isinstance(value, int) and float not in types:
+        return int in types and value >= 0
+    return isinstance(value, types)
+
+
+def _check_entry(entry, path: Path) -> None:
+    where = f"{path} (checkpoint entry)"
+    if not isinstance(entry, dict):
+        raise ValueError(f"{where}: {entry!r} is not an object")
+    _check_fields(entry, _ENTRY_TYPES, where, required=("file", "kind"))
+    named = parse_checkpoint_name(entry["file"])
+    if named is None or named.kind != entry["kind"]:
+        raise ValueError(f"{where}: {entry['file']!r} is not the name of a {entry['kind']} file")

@@ -19,6 +19,7 @@ import ignite.distributed as idist
 import torch
 from ignite.handlers import DiskSaver
 
+from gatle_ignite.run.filesystem import confined, save_dir_error, writing_into
 from gatle_ignite.run.host_memory import host_copy
 from gatle_ignite.run.layout import staging_path
 from gatle_ignite.run.sharded import finish_sharded, save_sharded
@@ -28,14 +29,21 @@ __all__ = ["BackgroundWrites", "RunSaver", "host_copy", "save_atomically"]
 
 
 def save_atomically(obj, path: Path) -> None:
-    """``torch.save`` to ``path`` through a staging name in the same directory."""
+    """``torch.save`` to ``path`` through a staging name in the same directory; a link at
+    ``path`` out of that directory is refused, and a full or read-only disk told plainly."""
+    path = confined(path)
     staging = staging_path(path, uuid.uuid4().hex[:8])
-    try:
-        torch.save(obj, staging)
-    except BaseException:
-        staging.unlink(missing_ok=True)
-        raise
-    os.replace(staging, path)
+    with writing_into(path.parent):
+        try:
+            torch.save(obj, staging)
+        except BaseException as error:
+            # Told while the half-written file still takes the space it ran out of.
+            explained = save_dir_error(path.parent, error)
+            staging.unlink(missing_ok=True)
+            if explained is not None:
+                raise explained from error
+            raise
+        os.replace(staging, path)
 
 
 class BackgroundWrites:

@@ -4,34 +4,66 @@ Loading a checkpoint puts back the optimizer's hyperparameters and the schedule'
 they were, so an accepted ``optimizer_params.lr`` would otherwise be silently ignored. Before
 the load, the freshly built optimizer and schedules (from the new config) are noted; after it,
 the accepted hyperparameters are copied back, and each schedule the trainer drives is rebuilt
-as the new config makes it and replayed to the run's position.
+as the new config makes it and replayed to the run's position. The rebuilt schedule keeps the
+run length the checkpoint's was built for unless ``max_epochs`` itself is accepted: a raised
+``max_epochs`` refits the schedule only when it is named.
 """
 
 import copy
 import warnings
+from typing import Optional
 
 from ignite.engine import Events
 
-__all__ = ["apply_accepted_changes", "fresh_settings"]
+from gatle_ignite.schedulers import prep_scheduler
+
+__all__ = ["apply_accepted_changes", "fresh_settings", "schedule_epochs"]
 
 _ITERATION_EVENTS = (Events.ITERATION_STARTED, Events.ITERATION_COMPLETED)
 
 
-def fresh_settings(trainer, to_load: dict) -> dict:
+def schedule_epochs(state, accepted) -> Optional[int]:
+    """The max_epochs a rebuilt schedule is built for: the checkpoint's, unless ``max_epochs``
+    is accepted (then None: this config's)."""
+    if "max_epochs" in accepted:
+        return None
+    meta = state.get("run_meta") if hasattr(state, "get") else None
+    length = meta.get("max_epochs") if isinstance(meta, dict) else None
+    return length if isinstance(length, int) else None
+
+
+def fresh_settings(trainer, to_load: dict, epochs: Optional[int] = None) -> dict:
     """What the new config built, before a checkpoint overwrites it.
 
     ``replayed`` names the schedules of ``to_load`` that are rebuilt rather than loaded; the
-    caller leaves them out of the load.
+    caller leaves them out of the load. ``epochs``: the run length to build them for, when it
+    is not this config's ``max_epochs``.
     """
     groups = getattr(trainer.optimizer, "param_groups", [])
-    replayable = _schedule_event(trainer) is not None
+    noted = [{k: copy.deepcopy(v) for k, v in g.items() if k != "params"} for g in groups]
+    if _schedule_event(trainer) is None:
+        return {"groups": noted, "replayed": {}}
     schedules = {k: v for k, v in to_load.items() if k.split("_")[0] == "scheduler"}
-    return {
-        "groups": [{k: copy.deepcopy(v) for k, v in g.items() if k != "params"} for g in groups],
-        "replayed": {k: (s, copy.deepcopy(s.state_dict())) for k, s in schedules.items()}
-        if replayable
-        else {},
-    }
+    states = {k: copy.deepcopy(s.state_dict()) for k, s in schedules.items()}
+    if epochs not in (None, trainer.cfg.max_epochs):
+        states.update(_built_for(trainer, epochs, list(schedules)))
+    return {"groups": noted, "replayed": {k: (s, states[k]) for k, s in schedules.items()}}
+
+
+def _built_for(trainer, epochs: int, keys: list) -> dict:
+    """The states of the trainer's schedules as this config builds them for ``epochs``
+    epochs, by ``to_load`` key. Building one touches the optimizer's lr, which the checkpoint
+    load that follows puts back."""
+    cfg = copy.deepcopy(trainer.cfg)
+    cfg.max_epochs = epochs
+    built, _engine, _event = prep_scheduler(
+        cfg.lr_scheduler, cfg, trainer.dls["train"], trainer.optimizer, trainer.engines
+    )
+    built = built if isinstance(built, (list, tuple)) else [built]
+    stateful = [s for s in built if hasattr(s, "state_dict")]
+    if len(stateful) != len(keys):
+        return {}
+    return {key: copy.deepcopy(s.state_dict()) for key, s in zip(keys, stateful)}
 
 
 def apply_accepted_changes(trainer, fresh: dict, accepted) -> None:

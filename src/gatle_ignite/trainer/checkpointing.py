@@ -20,7 +20,11 @@ from gatle_ignite.run.layout import LATEST_ITER_PREFIX, LATEST_PREFIX, best_pref
 from gatle_ignite.run.loading import RunMeta, load_weights, restore
 from gatle_ignite.run.saving import BackgroundWrites, RunSaver
 from gatle_ignite.run.unchanged_state import LastWrite
-from gatle_ignite.trainer.accepted_changes import apply_accepted_changes, fresh_settings
+from gatle_ignite.trainer.accepted_changes import (
+    apply_accepted_changes,
+    fresh_settings,
+    schedule_epochs,
+)
 from gatle_ignite.trainer.handlers import clear_state, ends_epoch
 from gatle_ignite.trainer.strategy import ModelState, OptimizerState, is_sharded, strategy_of
 from gatle_ignite.utils.batch import get_value
@@ -301,7 +305,7 @@ def _resume_from(trainer, state, accepted=()) -> None:
         warnings.warn(f"checkpoint has no state for {missing}; resuming without it.", stacklevel=3)
     present = {key: obj for key, obj in objects.items() if key in state}
     _warn_if_epoch_length_changed(trainer, state.get("trainer", {}))
-    fresh = fresh_settings(trainer, present) if accepted else None
+    fresh = fresh_settings(trainer, present, schedule_epochs(state, accepted)) if accepted else None
     for key in fresh["replayed"] if fresh else ():
         present.pop(key)
     try:
@@ -338,7 +342,7 @@ def _keep_the_schedules_length(trainer, restored, accepted) -> None:
     """Say that a restored schedule keeps the length it was built for, and have the run's
     later checkpoints record that length, not this config's max_epochs."""
     max_epochs = trainer.cfg.max_epochs
-    if trainer.scheduler is None or restored is None or restored == max_epochs or accepted:
+    if trainer.scheduler is None or restored in (None, max_epochs) or "max_epochs" in accepted:
         return
     if trainer._latest is not None:
         # The handlers share one to_save; its RunMeta is what each checkpoint records.

@@ -1,9 +1,10 @@
 """How a training run ends, as its backends and its run directory record it.
 
 ``fit()`` runs inside :func:`recorded_run`: whatever ends the run (completion, an early stop,
-divergence, preemption, a crash), a checkpoint still being written is waited for, every backend
-is finished (as failed after an exception), and ``run.json`` gets the run's state and the lock
-is released.
+divergence, preemption, a crash), a checkpoint still being written is waited for, ``run.json``
+gets the run's state, every backend is finished (as failed after an exception), and the lock
+is released. The state is recorded before the backends finish, since finishing one can take
+seconds (a W&B or MLflow upload) and a process killed then must not leave its run "running".
 """
 
 import contextlib
@@ -51,24 +52,37 @@ def _interrupted(error) -> tuple:
 
 @contextlib.contextmanager
 def recorded_run(trainer):
-    """Around a training run: its end recorded in the backends and the run directory."""
+    """Around a training run: its end recorded in the run directory, then in the backends."""
     try:
-        yield
-    except BaseException as error:
-        # Mark the run failed (a crash in setup too, once backends exist), or the loggers
-        # record it as a clean finish.
         try:
-            settle_writes(trainer, quietly=True)
-            trainer.teardown(failed=True)
+            yield
+            settle_writes(trainer)
+        except BaseException as error:
+            _record_failure(trainer, error)
+            raise
+        try:
+            trainer.run_dir.record_end(*outcome(trainer), trainer=trainer.engines["trainer"])
         finally:
-            # Preempted, it saved where it stopped; failed, the iteration it stopped in never
-            # finished, so its progress stays what its checkpoints hold.
-            state, reason = _interrupted(error)
-            engine = trainer.engines.get("trainer") if state == "preempted" else None
-            trainer.run_dir.close(state, reason, trainer=engine)
-        raise
-    try:
-        settle_writes(trainer)
-        trainer.teardown()
+            trainer.teardown()
     finally:
-        trainer.run_dir.close(*outcome(trainer), trainer=trainer.engines["trainer"])
+        trainer.run_dir.release()
+
+
+def _record_failure(trainer, error) -> None:
+    """Record how a run that raised ended, then finish its backends as failed (or the loggers
+    record it as a clean finish)."""
+    settle_writes(trainer, quietly=True)
+    state, reason = _interrupted(error)
+    # Preempted, it saved where it stopped; failed, the iteration it stopped in never finished,
+    # so its progress stays what its checkpoints hold.
+    engine = trainer.engines.get("trainer") if state == "preempted" else None
+    try:
+        trainer.run_dir.record_end(state, reason, trainer=engine)
+    except Exception as failure:
+        # The error that ended the run is the one to raise; this one is only told.
+        warnings.warn(
+            f"run.json could not record how the run ended ({state}: {failure}); "
+            f"`gatle-ignite status` calls it interrupted.",
+            stacklevel=3,
+        )
+    trainer.teardown(failed=True)

@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 from gatle_ignite.callbacks.logging import Backend as BaseBackend
-from gatle_ignite.run.manifest import write_atomically
+from gatle_ignite.run.filesystem import open_confined, write_atomically, writing_into
 
 __all__ = ["Backend"]
 
@@ -28,21 +28,28 @@ class Backend(BaseBackend):
 
     def __init__(self, cfg):
         super().__init__(cfg)
-        os.makedirs(cfg.save_dir, exist_ok=True)
-        self.path = os.path.join(cfg.save_dir, FILE_NAME)
-        appending = bool(cfg.get("resume", False)) and os.path.exists(self.path)
-        self.file = open(self.path, "a" if appending else "w", newline="", encoding="utf-8")
+        self.save_dir = cfg.save_dir
+        with writing_into(self.save_dir):
+            os.makedirs(cfg.save_dir, exist_ok=True)
+            self.path = os.path.join(cfg.save_dir, FILE_NAME)
+            appending = bool(cfg.get("resume", False)) and os.path.exists(self.path)
+            self._open("a" if appending else "w")
+            if not appending or os.path.getsize(self.path) == 0:
+                self.writer.writerow(HEADER)
+                self.file.flush()
+
+    def _open(self, mode: str):
+        self.file = open_confined(self.path, mode, newline="", encoding="utf-8")
         self.writer = csv.writer(self.file)
-        if not appending or os.path.getsize(self.path) == 0:
-            self.writer.writerow(HEADER)
-            self.file.flush()
+        return self.file
 
     def log(self, metrics, step=None, epoch=None):
         now = time.time()
-        for name, value in metrics.items():
-            self.writer.writerow((now, _cell(epoch), _cell(step), name, _cell(value)))
-        # What was logged before a crash or a kill is then on disk.
-        self.file.flush()
+        with writing_into(self.save_dir):
+            for name, value in metrics.items():
+                self.writer.writerow((now, _cell(epoch), _cell(step), name, _cell(value)))
+            # What was logged before a crash or a kill is then on disk.
+            self.file.flush()
 
     def rewind(self, step):
         self.file.close()
@@ -52,11 +59,15 @@ class Backend(BaseBackend):
         text = io.StringIO()
         csv.writer(text).writerows([HEADER, *kept])
         write_atomically(Path(self.path), text.getvalue())
-        self.file = open(self.path, "a", newline="", encoding="utf-8")
-        self.writer = csv.writer(self.file)
+        self._open("a")
 
     def finish(self, failed=False):
-        self.file.close()
+        try:
+            self.file.close()
+        except OSError:
+            # A failed run's last rows may not fit a full disk; what failed it is told instead.
+            if not failed:
+                raise
 
 
 def _after(row, step) -> bool:
