@@ -642,3 +642,23 @@ def test_two_ranks_keep_one_manifest_refuse_together_and_resume(tmp_path):
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert "RESUMING FROM" in resumed.stdout and "TRAIN epoch 2" in resumed.stdout
     assert _manifest(tmp_path / "toy")["trained_epoch"] == 2
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(400)
+def test_a_crash_on_rank_1_is_recorded_as_rank_1s_error_not_rank_0s_symptom(tmp_path):
+    config = _config(
+        tmp_path,
+        max_epochs=2,
+        main_runner="tests.toy.dist_trainer",
+        train_ds_params={"n": 128, "bs": 16, "shuffle": True},
+        fault_crash_rank=1,
+        fault_crash_at=3,
+    )
+    crashed = _cli_process(config)
+    assert crashed.returncode == 1, crashed.stderr[-2000:]
+    manifest = _manifest(tmp_path / "toy")
+    assert manifest["state"] == "failed"
+    assert manifest["stop_reason"] == (
+        "rank 1: RuntimeError: injected crash on rank 1 at iteration 3"
+    )

@@ -9,6 +9,7 @@ is released.
 import contextlib
 import warnings
 
+from gatle_ignite.trainer.first_failure import first_failure
 from gatle_ignite.trainer.preemption import Preempted
 
 __all__ = ["outcome", "recorded_run", "settle_writes"]
@@ -64,6 +65,9 @@ def recorded_run(trainer):
             # Preempted, it saved where it stopped; failed, the iteration it stopped in never
             # finished, so its progress stays what its checkpoints hold.
             state, reason = _interrupted(error)
+            if state == "failed":
+                # Under several ranks, the rank that failed first, not a peer's symptom of it.
+                reason = first_failure(reason, str(trainer.cfg.save_dir))
             engine = trainer.engines.get("trainer") if state == "preempted" else None
             trainer.run_dir.close(state, reason, trainer=engine)
         raise
