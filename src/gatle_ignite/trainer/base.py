@@ -32,6 +32,7 @@ from gatle_ignite.trainer.checks import (
     check_prepared,
     check_scores,
     explain_forward_error,
+    explain_output_error,
 )
 from gatle_ignite.trainer.handlers import (
     LossAverage,
@@ -248,7 +249,7 @@ class BaseTrainer:
             check_prepared(x, split)
             with self._autocast():
                 y_pred = self._forward_explained(x["model_input"])
-                loss, dict_losses = self.loss_fn(y_pred, x, iteration=engine.state.iteration)
+                loss, dict_losses = self._loss_explained(y_pred, x, engine.state.iteration)
             # By the window, not accum_steps: an epoch's last window can be shorter.
             self.backward(loss / window if window > 1 else loss, step=is_step)
         # The undivided loss is reported, so train/loss_avg compares across accum_steps.
@@ -291,6 +292,16 @@ class BaseTrainer:
             return self.forward(model_input)
         except TypeError as error:
             problem = explain_forward_error(self.model, model_input)
+            if problem is None:
+                raise
+            raise problem from error
+
+    def _loss_explained(self, y_pred, target, iteration):
+        """``loss_fn``; one failing to read a model output that is no dict says so in one error."""
+        try:
+            return self.loss_fn(y_pred, target, iteration=iteration)
+        except (IndexError, KeyError, TypeError) as error:
+            problem = explain_output_error(y_pred)
             if problem is None:
                 raise
             raise problem from error
