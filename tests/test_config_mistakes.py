@@ -167,6 +167,20 @@ def test_a_real_process_exits_2_without_a_traceback(tmp_path):
     assert "Traceback" not in done.stderr + done.stdout
 
 
+@pytest.mark.parametrize(
+    ("body", "returned"), [("cfg = None", "None"), ("return {'max_epochs': 3}", "a dict")]
+)
+@pytest.mark.parametrize("command", ["config", "train"])
+def test_a_get_config_returning_no_configdict_is_a_config_error(
+    tmp_path, capsys, command, body, returned
+):
+    path = tmp_path / "cfg.py"
+    path.write_text(f"def get_config():\n    {body}\n")
+    err = _config_error(capsys, [command, f"--config={path}"])
+    assert f"get_config() in {path} returned {returned}, not a ConfigDict" in err
+    assert "return cfg" in err
+
+
 # ----------------------------------------------------------------------------- unknown overrides
 
 
@@ -289,6 +303,23 @@ def test_keys_outside_params_mappings_stay_refused(tmp_path, capsys, override, p
     )
     err = _config_error(capsys, ["config", f"--config={path}", f"--override={override}"])
     assert phrase in err
+
+
+@pytest.mark.parametrize(
+    "override",
+    [
+        "model_params.__class__=1",
+        "train_ds_params.__init__=1",
+        "val_metrics.acc.params.__dict__=1",
+        "model_params={'__class__': 1}",
+        "model_params.encoder={'inner': {'__init__': 2}}",
+    ],
+)
+def test_a_special_name_in_an_override_is_a_config_error(tmp_path, capsys, override):
+    path = write_config(tmp_path, val_metrics={"acc": {"cls_name": COMPONENTS, "params": {}}})
+    err = _config_error(capsys, ["train", f"--config={path}", f"--override={override}"])
+    assert "is a Python special name, not a keyword argument a component takes" in err
+    assert fixture_trainer.CALLS == []
 
 
 def test_a_whole_new_group_is_given_as_a_dict(tmp_path):

@@ -8,9 +8,11 @@ import sys
 
 import pytest
 
+from gatle_ignite import ConfigError
 from gatle_ignite.cli.main import main
 from tests.conftest import ROOT
 from tests.toy.config_file import write_toy_config
+from tests.toy.trainer import Trainer
 
 BASE = {"train_ds_params": {"n": 64, "bs": 16, "shuffle": True, "seed": 0}, "max_epochs": 2}
 
@@ -63,6 +65,34 @@ def test_a_model_refusing_the_model_input_keys_is_one_clear_error(tmp_path, trai
     _refused_before_training(
         train(config), "does not accept the model_input keys ['inputs']", "forward(x)"
     )
+
+
+BARE_OUTPUT = {"model_name": "tests.toy.tensor_model"}
+INDEXING_LOSS = {
+    "dict_of_loss_params": {"ce": {"cls_name": "tests.toy.indexing_loss", "weight": 1}}
+}
+
+
+def test_a_model_returning_a_bare_tensor_is_one_clear_error(tmp_path, train):
+    _refused_before_training(
+        train(_config(tmp_path, **BARE_OUTPUT)),
+        "could not resolve 'logits'; available: <class 'torch.Tensor'> of shape [16, 3]",
+        "forward must return a dict of named outputs",
+    )
+
+
+@pytest.mark.filterwarnings("ignore:Using a non-tuple sequence")
+def test_a_loss_indexing_a_bare_tensor_output_is_one_clear_error(tmp_path, train):
+    _refused_before_training(
+        train(_config(tmp_path, criterion_params=INDEXING_LOSS, **BARE_OUTPUT)),
+        "forward returned a Tensor of shape [16, 3], but it must return a dict",
+    )
+
+
+def test_an_evaluation_of_a_bare_tensor_output_is_one_clear_error(make_cfg):
+    task = Trainer(0, make_cfg(run=True, **BARE_OUTPUT))
+    with pytest.raises(ConfigError, match="forward must return a dict of named outputs"):
+        task.evaluate(load_checkpoint=False)
 
 
 def test_a_score_name_no_engine_produces_is_refused_before_training(tmp_path, train):

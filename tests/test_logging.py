@@ -5,6 +5,7 @@ import sys
 
 import pytest
 import torch
+from ignite.engine import Events
 
 from gatle_ignite import ConfigError
 from gatle_ignite.callbacks import logging as logging_module
@@ -139,3 +140,66 @@ def test_progress_and_text_logs_are_silent_without_a_stdout(make_cfg, monkeypatc
     monkeypatch.setattr("sys.stdout", None)
     task.fit()
     assert task.engines["trainer"].state.epoch == 1
+
+
+class OwnLogger:
+    """A task's own logger object with 0.4's protocol and nothing newer: it logs each epoch's
+    metrics itself."""
+
+    def __init__(self):
+        self.logged, self.finished = [], []
+
+    def log(self, metrics, step=None, epoch=None):
+        self.logged.append((dict(metrics), epoch))
+
+    def watch(self, model):
+        pass
+
+    def start(self):
+        return self
+
+    def on_train_epoch_end(self, trainer, optimizer):
+        trainer.add_event_handler(
+            Events.EPOCH_COMPLETED, lambda e: self.log(e.state.metrics, epoch=e.state.epoch)
+        )
+
+    def on_train_iteration(self, trainer, model):
+        pass
+
+    def on_valid_epoch_end(self, trainer, engine):
+        engine.add_event_handler(
+            Events.EPOCH_COMPLETED, lambda e: self.log(e.state.metrics, epoch=trainer.state.epoch)
+        )
+
+    def on_completion(self, trainer):
+        pass
+
+    def finish(self, failed=False):
+        self.finished.append(failed)
+
+
+class OwnLoggerTrainer(Trainer):
+    def setup(self):
+        super().setup()
+        if not isinstance(self.logger, OwnLogger):
+            self.logger = OwnLogger()
+        return self
+
+
+@pytest.mark.parametrize("resume", [False, True])
+def test_a_task_logger_of_its_own_with_04s_methods_only_logs_the_run(make_cfg, resume):
+    if resume:
+        Trainer(0, make_cfg(max_epochs=1)).fit()
+    task = OwnLoggerTrainer(0, make_cfg(max_epochs=2, resume=resume)).fit()
+    # Resumed after epoch 1, the run logs only epoch 2.
+    epochs = [epoch for metrics, epoch in task.logger.logged if "valid/acc" in metrics]
+    assert epochs == ([2] if resume else [1, 2])
+    assert task.logger.finished == [False]
+
+
+def test_a_logger_set_after_a_scripts_setup_is_the_one_fit_uses(make_cfg):
+    task = Trainer(0, make_cfg(max_epochs=1)).setup()
+    task.logger = OwnLogger()
+    task.fit()
+    assert [epoch for metrics, epoch in task.logger.logged if "train/loss_avg" in metrics] == [1]
+    assert task.logger.finished == [False]

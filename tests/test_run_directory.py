@@ -5,6 +5,7 @@ config, a damaged file, a second process) and checks what a user would: the exit
 message, the lines printed, and every file's bytes and modification time.
 """
 
+import csv
 import hashlib
 import json
 import os
@@ -19,9 +20,12 @@ import pytest
 import torch
 
 from gatle_ignite.cli.main import main
+from gatle_ignite.config.loader import load_config_from_file
+from gatle_ignite.dispatch import ConfigError
 from gatle_ignite.run.layout import MANIFEST_FILE, checkpoint_files
 from tests.conftest import ROOT, child_env
 from tests.toy.config_file import write_toy_config
+from tests.toy.trainer import Trainer as ToyTrainer
 
 BASE = {"train_ds_params": {"n": 32, "bs": 16, "shuffle": True, "seed": 0}, "max_epochs": 2}
 
@@ -162,6 +166,46 @@ def test_a_fresh_run_into_a_used_save_dir_is_refused_and_touches_nothing(tmp_pat
     assert "resume=True" in err and "replace_run=True" in err
     assert "Traceback" not in err and "TRAIN epoch" not in out
     assert _snapshot(tmp_path / "toy") == before
+
+
+def _scripted(config, **fields):
+    """A Trainer built from a config file by a script, as 0.4 scripts build one."""
+    cfg = load_config_from_file(config)
+    for key, value in fields.items():
+        cfg[key] = value
+    return ToyTrainer(0, cfg)
+
+
+def test_setup_on_a_finished_runs_config_touches_nothing_and_fit_still_refuses(tmp_path, cli):
+    config = _config(tmp_path)
+    assert cli("train", config)[0] == 0
+    before = _snapshot(tmp_path / "toy")
+    task = _scripted(config).setup()
+    assert task.model is not None and task._latest is not None
+    assert _snapshot(tmp_path / "toy") == before
+    with pytest.raises(ConfigError, match="already holds run 'toy'"):
+        task.fit()
+    assert _snapshot(tmp_path / "toy") == before
+
+
+def test_a_script_calling_setup_before_fit_continues_the_run_as_fit_alone_does(tmp_path, cli):
+    config = _config(tmp_path, n_saved=1)
+    assert cli("train", config)[0] == 0
+    before = _snapshot(tmp_path / "toy")
+    task = _scripted(config, resume=True, max_epochs=3).setup()
+    assert _snapshot(tmp_path / "toy") == before
+    task.fit()
+    save_dir = tmp_path / "toy"
+    manifest = _manifest(save_dir)
+    assert (manifest["state"], manifest["trained_epoch"]) == ("completed", 3)
+    # The checkpoint handlers belong to the run: its index holds their files, n_saved holds.
+    assert _indexed(save_dir) == _on_disk(save_dir)
+    assert sorted(p.name for p in save_dir.glob("latest_epoch_*")) == [
+        "latest_epoch_checkpoint_3.pt"
+    ]
+    with open(save_dir / "metrics.csv", encoding="utf-8") as handle:
+        epochs = [row["epoch"] for row in csv.DictReader(handle) if row["name"] == "valid/acc"]
+    assert epochs == ["1", "2", "3"]
 
 
 def test_replace_run_replaces_the_old_run_and_eval_then_sees_only_the_new(tmp_path, cli):
@@ -582,3 +626,23 @@ def test_two_ranks_keep_one_manifest_refuse_together_and_resume(tmp_path):
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert "RESUMING FROM" in resumed.stdout and "TRAIN epoch 2" in resumed.stdout
     assert _manifest(tmp_path / "toy")["trained_epoch"] == 2
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(400)
+def test_a_crash_on_rank_1_is_recorded_as_rank_1s_error_not_rank_0s_symptom(tmp_path):
+    config = _config(
+        tmp_path,
+        max_epochs=2,
+        main_runner="tests.toy.dist_trainer",
+        train_ds_params={"n": 128, "bs": 16, "shuffle": True},
+        fault_crash_rank=1,
+        fault_crash_at=3,
+    )
+    crashed = _cli_process(config)
+    assert crashed.returncode == 1, crashed.stderr[-2000:]
+    manifest = _manifest(tmp_path / "toy")
+    assert manifest["state"] == "failed"
+    assert manifest["stop_reason"] == (
+        "rank 1: RuntimeError: injected crash on rank 1 at iteration 3"
+    )

@@ -82,6 +82,16 @@ def test_a_non_mapping_container_shows_its_type():
     assert "could not resolve 'logits'; available:" in message and "int" in message
 
 
+def test_a_tensor_looked_up_by_name_says_the_model_must_return_a_dict():
+    with pytest.raises(ConfigError) as info:
+        get_value(torch.zeros(16, 3), "logits")
+    message = str(info.value)
+    assert "could not resolve 'logits'; available: <class 'torch.Tensor'> of shape [16, 3]" in (
+        message
+    )
+    assert "forward must return a dict of named outputs" in message
+
+
 def test_index_errors_are_not_converted():
     with pytest.raises(IndexError):
         get_value([1, 2], 5)

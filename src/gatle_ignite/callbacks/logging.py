@@ -146,12 +146,14 @@ class LoggingCallback:
         self._epoch_record = {}
         # The non-finite check, whose last read loss is logged as train/loss.
         self._losses = None
+        self.started = False
 
     @property
     def sinks(self) -> list:
         return [*self.backends, *self._implicit]
 
     def start(self):
+        self.started = True
         if idist.get_rank() != 0:
             return self
         if self.cfg.get("save_dir"):

@@ -168,11 +168,11 @@ def _ensure_cwd_importable() -> None:
 
 
 def _prepare(args: argparse.Namespace, path: str):
-    from gatle_ignite.config.loader import apply_overrides, load_config_from_file
+    from gatle_ignite.config.loader import apply_overrides, load_config_from_file, require_config
     from gatle_ignite.config.validate import validate_config
 
     _ensure_cwd_importable()
-    cfg = load_config_from_file(path)
+    cfg = require_config(load_config_from_file(path), path)
     apply_overrides(cfg, args.override)
     validate_config(cfg)
     return cfg

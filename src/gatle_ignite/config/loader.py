@@ -15,7 +15,7 @@ from gatle_ignite.config.base import OPTIONAL_KNOWN
 from gatle_ignite.config.names import HINT_CUTOFF, TYPO_CUTOFF, closest, framework_fields
 from gatle_ignite.dispatch import ConfigError
 
-__all__ = ["apply_overrides", "load_config_from_file"]
+__all__ = ["apply_overrides", "load_config_from_file", "require_config"]
 
 _MODULE_NAME = "gatle_config_module"
 
@@ -58,6 +58,22 @@ def load_config_from_file(path: Union[str, os.PathLike]):
             f"  A field keeps the type of its first value (None is always allowed), and keys "
             f"cannot contain dots."
         ) from error
+
+
+def require_config(cfg, path: Union[str, os.PathLike]) -> config_dict.ConfigDict:
+    """``cfg`` if it is a ConfigDict, else a config error naming the file that returned it.
+
+    The command line asks it of every config it loads; ``load_config_from_file`` returns what
+    ``get_config()`` returned unchecked, as 0.4 did.
+    """
+    if isinstance(cfg, config_dict.ConfigDict):
+        return cfg
+    returned = "None" if cfg is None else f"a {type(cfg).__name__}"
+    raise ConfigError(
+        f"get_config() in {os.fspath(path)} returned {returned}, not a ConfigDict.\n"
+        f"  Build the config from gatle_ignite.base_config() and end get_config() with "
+        f"`return cfg`."
+    )
 
 
 def _refusing_config_line(error: BaseException, path: str) -> Optional[int]:
@@ -208,6 +224,30 @@ def _check_new_key(key: str, parts: Sequence[str], group) -> None:
         )
 
 
+def _is_dunder(name) -> bool:
+    return isinstance(name, str) and name.startswith("__") and name.endswith("__")
+
+
+def _refuse_special_names(key: str, value) -> None:
+    """No part of ``key``, and no key of a dict ``value`` at any depth, may be a special name
+    (``__class__``): no component takes one as a keyword argument, and ml_collections fails on
+    some of them long after the override."""
+    names = [(key, part) for part in key.split(".")]
+    pending = [(key, value)]
+    while pending:
+        where, group = pending.pop()
+        if _is_group(group):
+            names += [(f"{where}.{name}", name) for name in group.keys()]
+            pending += [(f"{where}.{name}", group[name]) for name in group.keys()]
+    for where, name in names:
+        if _is_dunder(name):
+            raise ConfigError(
+                f"cannot set '{where}': '{name}' is a Python special name, not a keyword "
+                f"argument a component takes.\n"
+                f"  Check the key's spelling."
+            )
+
+
 def _add_key(key: str, group, leaf: str, value) -> None:
     unlocked = getattr(group, "unlocked", None)
     # A locked ConfigDict refuses new keys; the params mapping is free-form, so lift the lock.
@@ -224,6 +264,7 @@ def _set_override(cfg, key: str, value) -> None:
     parts = key.split(".")
     if len(parts) > 1 and not all(parts):
         raise ConfigError(f"override key '{key}' has an empty part")
+    _refuse_special_names(key, value)
     group = _group_of(cfg, key, parts)
     leaf = parts[-1]
     if leaf not in group:

@@ -1,6 +1,7 @@
 """BaseTrainer: the training loop, so a task does not have to contain one."""
 
 import contextlib
+import os
 import warnings
 from functools import partial
 
@@ -31,6 +32,7 @@ from gatle_ignite.trainer.checks import (
     check_prepared,
     check_scores,
     explain_forward_error,
+    explain_output_error,
 )
 from gatle_ignite.trainer.handlers import (
     LossAverage,
@@ -102,6 +104,9 @@ class BaseTrainer:
         self._metric_names = {}
         # The run directory fit() opens, and the handlers attach_runner() adds to the trainer.
         self.run_dir = None
+        # The run directory the checkpoint handlers were built for: None when a script's setup()
+        # built them before fit() opened one.
+        self._checkpoints_for = None
         self._nan_check = None
         self._preemption = None
         # The queue of background checkpoint writes (async_save), or None.
@@ -244,7 +249,7 @@ class BaseTrainer:
             check_prepared(x, split)
             with self._autocast():
                 y_pred = self._forward_explained(x["model_input"])
-                loss, dict_losses = self.loss_fn(y_pred, x, iteration=engine.state.iteration)
+                loss, dict_losses = self._loss_explained(y_pred, x, engine.state.iteration)
             # By the window, not accum_steps: an epoch's last window can be shorter.
             self.backward(loss / window if window > 1 else loss, step=is_step)
         # The undivided loss is reported, so train/loss_avg compares across accum_steps.
@@ -291,19 +296,35 @@ class BaseTrainer:
                 raise
             raise problem from error
 
+    def _loss_explained(self, y_pred, target, iteration):
+        """``loss_fn``; one failing to read a model output that is no dict says so in one error."""
+        try:
+            return self.loss_fn(y_pred, target, iteration=iteration)
+        except (IndexError, KeyError, TypeError) as error:
+            problem = explain_output_error(y_pred)
+            if problem is None:
+                raise
+            raise problem from error
+
     # ---- Framework below: a task never needs to touch it ----
 
     def setup(self):
-        """Build everything. Idempotent, so fit() and evaluate() can both call it."""
+        """Build everything. Idempotent, so fit() and evaluate() can both call it.
+
+        It opens no run: a script may build the trainer of a finished run to inspect it, and
+        fit() decides (and refuses) what happens to the run in save_dir.
+        """
         if self._built:
             return self
         cfg = self.cfg
-        # Training claims save_dir before writing a byte there; a finished run stays untouched.
-        if "run" not in cfg and self._open_run().action != "nothing":
+        if "run" not in cfg:
             from gatle_ignite.callbacks.logging import LoggingCallback
 
             self.logger = LoggingCallback(cfg)
-            self.logger.start()
+            # Its backends write into save_dir; a run there is fit()'s to resume, replace or
+            # refuse, so until fit() has opened it they wait.
+            if self._run_is_open() or _is_empty(cfg.get("save_dir")):
+                self.logger.start()
         self.build_dataloaders()
         for split, loader in self.dls.items():
             if loader is not None:
@@ -326,6 +347,7 @@ class BaseTrainer:
                 self.eval_specs(), self.engines, cfg, score_function
             )
         attach_checkpoints(self)
+        self._checkpoints_for = self.run_dir
         self._built = True
         return self
 
@@ -351,13 +373,35 @@ class BaseTrainer:
             self.run_dir.open()
         return self.run_dir.plan
 
+    def _run_is_open(self) -> bool:
+        plan = self.run_dir.plan if self.run_dir is not None else None
+        return plan is not None and plan.action != "nothing"
+
+    def _join_run(self):
+        """Bind what a script's setup() built before fit() opened the run to that run."""
+        from gatle_ignite.callbacks.logging import LoggingCallback
+
+        if isinstance(self.logger, LoggingCallback) and not self.logger.started:
+            self.logger.start()
+        if self._checkpoints_for is not self.run_dir:
+            attach_checkpoints(self)
+            self._checkpoints_for = self.run_dir
+
+    def _tell_logger(self, method, *args):
+        """Call a logger method 0.4's logger protocol lacks, if the logger has it: a task's own
+        logger object needs only start, the four on_* methods and finish."""
+        call = getattr(self.logger, method, None)
+        if call is not None:
+            call(*args)
+
     def _prepare_fit(self):
         """Build, load, and attach every handler of a training run; returns the data to run."""
         self.setup()
+        self._join_run()
         load_checkpoints(self)
-        if self.logger is not None and self.cfg.resume:
+        if self.cfg.resume:
             # What was logged after the checkpoint is trained again: no history holds it twice.
-            self.logger.rewind(self.engines["trainer"].state.iteration)
+            self._tell_logger("rewind", self.engines["trainer"].state.iteration)
         self.attach_runner()
         trainer = self.engines["trainer"]
         # After the eval runners, so "latest" holds what that epoch's evaluation changed.
@@ -584,7 +628,7 @@ class BaseTrainer:
         )
         self._nan_check.attach(trainer)
         if self.logger is not None:
-            self.logger.follow_losses(self._nan_check)
+            self._tell_logger("follow_losses", self._nan_check)
             self.logger.on_train_epoch_end(trainer, self.optimizer)
             self.logger.on_train_iteration(trainer, self.model)
         for spec in self.eval_specs():
@@ -593,7 +637,7 @@ class BaseTrainer:
             self._post_eval.setdefault(stopper.spec.key, []).append(stopper)
         if self.logger is not None:
             # After the evaluations: one record per epoch, every engine's metrics together.
-            self.logger.on_epoch_logged(trainer)
+            self._tell_logger("on_epoch_logged", trainer)
             self.logger.on_completion(trainer)
 
     def _mark_diverged(self):
@@ -631,3 +675,8 @@ class BaseTrainer:
             trainer.add_event_handler(
                 Events.EPOCH_STARTED, lambda engine: sampler.set_epoch(engine.state.epoch)
             )
+
+
+def _is_empty(save_dir) -> bool:
+    """Whether ``save_dir`` is unset, absent or empty: nothing a backend could overwrite."""
+    return not save_dir or not os.path.isdir(save_dir) or not os.listdir(save_dir)

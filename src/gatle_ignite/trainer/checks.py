@@ -1,18 +1,29 @@
 """Mistakes caught before they cost an epoch, each a config error naming the fix.
 
 A ``prep_batch`` that returns the wrong thing, a model whose ``forward`` refuses the
-``model_input`` keys, a ``score_name`` no engine produces, a split with no batches.
+``model_input`` keys or returns no dict, a ``score_name`` no engine produces, a split with no
+batches.
 """
 
 import inspect
 from collections.abc import Mapping
 
+import torch
+
 from gatle_ignite.dispatch import ConfigError, ParamsError
 
-__all__ = ["check_not_empty", "check_prepared", "check_scores", "explain_forward_error"]
+__all__ = [
+    "check_not_empty",
+    "check_prepared",
+    "check_scores",
+    "explain_forward_error",
+    "explain_output_error",
+]
 
 
 def _shape_of(value) -> str:
+    if isinstance(value, torch.Tensor):
+        return f"a Tensor of shape {list(value.shape)}"
     if isinstance(value, Mapping):
         return f"a {type(value).__name__} with keys {sorted(map(str, value))}"
     if isinstance(value, (tuple, list)):
@@ -54,6 +65,22 @@ def explain_forward_error(model, model_input: Mapping):
             f"round."
         )
     return None
+
+
+def explain_output_error(y_pred):
+    """The error to raise when the loss failed on a model output that is not a dict, else None.
+
+    Called after the loss raised an IndexError, KeyError or TypeError: reading a name from a
+    Tensor raises one of them.
+    """
+    if isinstance(y_pred, Mapping):
+        return None
+    return ConfigError(
+        f"the loss could not read the model's output: forward returned {_shape_of(y_pred)}, "
+        f"but it must return a dict of named outputs, e.g.\n"
+        f'    return {{"logits": self.head(features)}}\n'
+        f"  Losses and metrics read the outputs by name (src_name)."
+    )
 
 
 def check_scores(cfg, specs, metric_names: dict) -> None:

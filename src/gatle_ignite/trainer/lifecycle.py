@@ -10,6 +10,7 @@ seconds (a W&B or MLflow upload) and a process killed then must not leave its ru
 import contextlib
 import warnings
 
+from gatle_ignite.trainer.first_failure import first_failure
 from gatle_ignite.trainer.preemption import Preempted
 
 __all__ = ["outcome", "recorded_run", "settle_writes"]
@@ -73,6 +74,9 @@ def _record_failure(trainer, error) -> None:
     record it as a clean finish)."""
     settle_writes(trainer, quietly=True)
     state, reason = _interrupted(error)
+    if state == "failed":
+        # Under several ranks, the rank that failed first, not a peer's symptom of it.
+        reason = first_failure(reason, str(trainer.cfg.save_dir))
     # Preempted, it saved where it stopped; failed, the iteration it stopped in never finished,
     # so its progress stays what its checkpoints hold.
     engine = trainer.engines.get("trainer") if state == "preempted" else None

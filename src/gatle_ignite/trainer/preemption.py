@@ -8,6 +8,8 @@ writes a ``latest_iter`` checkpoint, closes the backends, and the run exits with
 """
 
 import contextlib
+import multiprocessing
+import multiprocessing.util
 import os
 import signal
 import threading
@@ -96,26 +98,61 @@ def preemption_signals(forward_to=None, on_request=None, on_repeat=None):
         REQUEST.agreed = False
 
 
-class _IgnorePreemptionThen:
-    """A DataLoader worker_init_fn: ignore the preemption signals, then run the user's own."""
+class _ShieldThen:
+    """A DataLoader worker_init_fn: shield the worker from the preemption signals, then run the
+    user's own.
 
-    def __init__(self, worker_init_fn):
+    The shield lasts until the main process exits: multiprocessing then ends its workers with
+    SIGTERM, and a worker that ignored it would keep a failed run's process waiting for good.
+    """
+
+    def __init__(self, worker_init_fn, main_exiting):
         self.worker_init_fn = worker_init_fn
+        self.main_exiting = main_exiting
 
     def __call__(self, worker_id):
         for sig in PREEMPTION_SIGNALS:
-            signal.signal(sig, signal.SIG_IGN)
+            signal.signal(sig, self._on_signal)
         if self.worker_init_fn is not None:
             self.worker_init_fn(worker_id)
 
+    def _on_signal(self, _signum, _frame):
+        # Until the main process exits, a signal is a scheduler's, for the main process to act
+        # on; then it is multiprocessing's. Exit 0: torch's main process reports a worker that
+        # a signal killed as a crash of its own.
+        if self.main_exiting.is_set():
+            os._exit(0)
+
+
+# One flag per start method (an Event only travels to workers of its own kind), set as this
+# process exits; see _lift_shields.
+_MAIN_EXITING = {}
+
+
+def _lift_shields() -> None:
+    for event in _MAIN_EXITING.values():
+        event.set()
+
+
+def _main_exiting_flag(context):
+    method = context.get_start_method()
+    if method not in _MAIN_EXITING:
+        if not _MAIN_EXITING:
+            # multiprocessing runs this as the process exits (a spawned rank too, where atexit
+            # never runs), just before it terminates and joins the workers.
+            multiprocessing.util.Finalize(None, _lift_shields, exitpriority=0)
+        _MAIN_EXITING[method] = context.Event()
+    return _MAIN_EXITING[method]
+
 
 def shield_workers(loader) -> None:
-    """Keep a DataLoader's workers alive through a preemption signal.
+    """Keep a DataLoader's workers alive through a preemption signal, until this process exits.
 
     A scheduler signals every process of a job; torch's workers die of SIGTERM, which would
     crash the main process before it can write its checkpoint. The main process owns shutdown.
     """
     if getattr(loader, "num_workers", 0) <= 0 or not hasattr(loader, "worker_init_fn"):
         return
-    if not isinstance(loader.worker_init_fn, _IgnorePreemptionThen):
-        loader.worker_init_fn = _IgnorePreemptionThen(loader.worker_init_fn)
+    if not isinstance(loader.worker_init_fn, _ShieldThen):
+        context = loader.multiprocessing_context or multiprocessing.get_context()
+        loader.worker_init_fn = _ShieldThen(loader.worker_init_fn, _main_exiting_flag(context))

@@ -52,8 +52,24 @@ def get_value(container, name):
                     f"could not resolve path {tuple(name)!r} at '{walked}': {error!r}"
                 ) from error
         return value
+    if isinstance(container, torch.Tensor) and isinstance(name, str):
+        # Torch answers a string index with a warning and an IndexError, not a KeyError.
+        raise ConfigError(_unresolved(container, name))
     try:
         return container[name]
     except (KeyError, TypeError) as error:
-        available = list(container.keys()) if hasattr(container, "keys") else type(container)
-        raise ConfigError(f"could not resolve {name!r}; available: {available}") from error
+        raise ConfigError(_unresolved(container, name)) from error
+
+
+def _unresolved(container, name) -> str:
+    if hasattr(container, "keys"):
+        return f"could not resolve {name!r}; available: {list(container.keys())}"
+    message = f"could not resolve {name!r}; available: {type(container)}"
+    if not isinstance(name, str):
+        return message
+    shape = f" of shape {list(container.shape)}" if isinstance(container, torch.Tensor) else ""
+    return (
+        f"{message}{shape}, which has no names.\n"
+        f"  A model's forward must return a dict of named outputs, e.g. {{{name!r}: ...}}: "
+        f"losses and metrics read them by name."
+    )
