@@ -13,8 +13,6 @@ import traceback
 from collections.abc import Sequence
 from typing import Union
 
-from ml_collections import config_dict
-
 __all__ = [
     "REDACTED",
     "SECRET_SUFFIXES",
@@ -76,9 +74,16 @@ def _is_unset(value) -> bool:
     return value is None or (isinstance(value, str) and not value)
 
 
+def _is_config_dict(value) -> bool:
+    # Not imported here, so that `gatle-ignite --version` stays light: a value can only be a
+    # ConfigDict once something else has imported ml_collections.
+    module = sys.modules.get("ml_collections.config_dict")
+    return module is not None and isinstance(value, module.ConfigDict)
+
+
 def redact(value):
     """``value`` with secret-named fields and URL userinfo redacted, at any depth."""
-    if isinstance(value, (dict, config_dict.ConfigDict)):
+    if isinstance(value, dict) or _is_config_dict(value):
         return {redact(key): __redact_field(key, inner) for key, inner in value.items()}
     if isinstance(value, list):
         return [redact(item) for item in value]
