@@ -45,7 +45,7 @@ from gatle_ignite.trainer.lifecycle import recorded_run, settle_writes
 from gatle_ignite.trainer.preemption import REQUEST as PREEMPTION
 from gatle_ignite.trainer.preemption import preemption_signals, shield_workers
 from gatle_ignite.trainer.progress import attach_progress_output
-from gatle_ignite.trainer.strategy import distribute, gradient_sync, strategy_of
+from gatle_ignite.trainer.strategy import ddp_params, distribute, gradient_sync, strategy_of
 from gatle_ignite.utils.amp import autocast_device_type, resolve_amp_dtype
 from gatle_ignite.utils.dist import quiet_ignite_loggers, rank_zero_print
 from gatle_ignite.utils.seed import setup_seed
@@ -167,7 +167,7 @@ class BaseTrainer:
             # Not auto_model: with several GPUs visible it would wrap in DataParallel. FSDP
             # shards the model after build_model returns.
             return model.to(self.device)
-        return idist.auto_model(model, **dict(self.cfg.auto_model_params))
+        return idist.auto_model(model, **ddp_params(self.cfg, model))
 
     def dict_metric_from_list(self, engine_type, spec, dict_metrics, info=None):
         """Build one engine's metrics from the config; keys are ``{engine_type}/{key}``."""
