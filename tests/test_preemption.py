@@ -7,16 +7,25 @@ from pathlib import Path
 import pytest
 from ignite.engine import Events
 
-from gatle_ignite.trainer.preemption import EXIT_PREEMPTED, Preempted, preemption_signals
+from gatle_ignite.cli.status import run_status
+from gatle_ignite.run.manifest import Manifest
+from gatle_ignite.trainer.preemption import (
+    EXIT_INTERRUPTED,
+    EXIT_PREEMPTED,
+    Interrupted,
+    Preempted,
+    preemption_signals,
+)
 from tests.toy.trainer import Trainer
 
 
 class SignalledAt(Trainer):
-    """Sends itself SIGTERM while preparing the batch of one iteration."""
+    """Sends itself ``signals`` (SIGTERM) while preparing the batch of one iteration."""
 
-    def __init__(self, local_rank, cfg, at):
+    def __init__(self, local_rank, cfg, at, signals=(signal.SIGTERM,)):
         super().__init__(local_rank, cfg)
         self.at = at
+        self.signals = signals
         self.watched_before_signal = []
 
     def prep_batch(self, batch, split="train", **kwargs):
@@ -26,7 +35,8 @@ class SignalledAt(Trainer):
             watched = trainer.has_event_handler(stop, Events.ITERATION_COMPLETED)
             self.watched_before_signal.append(watched)
             if trainer.state.iteration == self.at:
-                os.kill(os.getpid(), signal.SIGTERM)
+                for signum in self.signals:
+                    os.kill(os.getpid(), signum)
         return super().prep_batch(batch, split=split, **kwargs)
 
 
@@ -85,3 +95,53 @@ def test_a_repeated_signal_goes_to_on_repeat_and_the_first_stays_the_request():
     assert repeats == [signal.SIGTERM, signal.SIGUSR1]
     # Only the first is passed on: the repeats are on_repeat's to act on.
     assert forwarded == [True]
+
+
+def test_ctrl_c_saves_that_iteration_exits_130_and_leaves_the_run_resumable(make_cfg, capsys):
+    cfg = make_cfg(max_epochs=3)
+    task = SignalledAt(0, cfg, at=6, signals=(signal.SIGINT,))
+    with pytest.raises(Preempted) as raised:
+        task.fit()
+    assert raised.value.code == EXIT_INTERRUPTED
+    out = capsys.readouterr().out
+    line = [text for text in out.splitlines() if "SIGINT" in text]
+    assert line == [
+        f"INTERRUPTED by SIGINT after iteration 6: saved {cfg.save_dir}/"
+        f"latest_iter_checkpoint_6.pt; run the same command with --override resume=True to "
+        f"continue."
+    ]
+    assert "latest_iter_checkpoint_6.pt" in _files(cfg)
+    assert Manifest.read(cfg.save_dir).state == "preempted"
+    assert run_status(cfg.save_dir) == EXIT_PREEMPTED
+
+
+def test_a_second_ctrl_c_stops_at_once_without_saving_and_stays_resumable(make_cfg, capsys):
+    cfg = make_cfg(max_epochs=3)
+    task = SignalledAt(0, cfg, at=6, signals=(signal.SIGINT, signal.SIGINT))
+    with pytest.raises(Interrupted) as raised:
+        task.fit()
+    assert raised.value.code == EXIT_INTERRUPTED
+    assert "stopped at once by a second SIGINT" in capsys.readouterr().out
+    # Stopped inside iteration 6, before it finished: nothing of it is saved.
+    assert not [name for name in _files(cfg) if name.startswith("latest_iter")]
+    manifest = Manifest.read(cfg.save_dir)
+    assert manifest.state == "interrupted" and manifest.trained_iteration == 4
+    assert run_status(cfg.save_dir) == EXIT_PREEMPTED
+    resumed = Trainer(0, make_cfg(max_epochs=3, resume=True)).fit()
+    assert resumed.engines["trainer"].state.iteration == 12
+
+
+def test_a_repeated_sigterm_to_one_process_is_still_one_request(make_cfg):
+    cfg = make_cfg(max_epochs=3)
+    task = SignalledAt(0, cfg, at=6, signals=(signal.SIGTERM, signal.SIGTERM))
+    with pytest.raises(Preempted) as raised:
+        task.fit()
+    assert raised.value.code == EXIT_PREEMPTED
+    assert "latest_iter_checkpoint_6.pt" in _files(cfg)
+
+
+def test_the_sigint_handler_is_restored_after_the_run(make_cfg):
+    before = signal.getsignal(signal.SIGINT)
+    with pytest.raises(Preempted):
+        SignalledAt(0, make_cfg(max_epochs=2), at=2, signals=(signal.SIGINT,)).fit()
+    assert signal.getsignal(signal.SIGINT) is before

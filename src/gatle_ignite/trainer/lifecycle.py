@@ -1,15 +1,16 @@
 """How a training run ends, as its backends and its run directory record it.
 
 ``fit()`` runs inside :func:`recorded_run`: whatever ends the run (completion, an early stop,
-divergence, preemption, a crash), a checkpoint still being written is waited for, every backend
-is finished (as failed after an exception), and ``run.json`` gets the run's state and the lock
-is released.
+divergence, preemption, an interruption, a crash), a checkpoint still being written is waited
+for, every backend is finished (as failed after an exception), and ``run.json`` gets the run's
+state and the lock is released.
 """
 
 import contextlib
 import warnings
 
-from gatle_ignite.trainer.preemption import Preempted
+from gatle_ignite.trainer.preemption import Interrupted, Preempted
+from gatle_ignite.utils.dist import rank_zero_print
 
 __all__ = ["outcome", "recorded_run", "settle_writes"]
 
@@ -46,6 +47,9 @@ def _interrupted(error) -> tuple:
     first_line = next(iter(str(error).splitlines()), "")
     if isinstance(error, Preempted):
         return "preempted", first_line
+    if isinstance(error, Interrupted):
+        # Resumable from the checkpoints written before; nothing marks where it stopped.
+        return "interrupted", first_line
     return "failed", f"{type(error).__name__}: {first_line}"
 
 
@@ -66,6 +70,8 @@ def recorded_run(trainer):
             state, reason = _interrupted(error)
             engine = trainer.engines.get("trainer") if state == "preempted" else None
             trainer.run_dir.close(state, reason, trainer=engine)
+            if isinstance(error, Interrupted):
+                rank_zero_print(error.message, flush=True)
         raise
     try:
         settle_writes(trainer)
