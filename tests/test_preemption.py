@@ -1,5 +1,6 @@
 """Preemption in one process: a signal to the running trainer ends it at an iteration boundary."""
 
+import csv
 import os
 import signal
 from pathlib import Path
@@ -145,3 +146,34 @@ def test_the_sigint_handler_is_restored_after_the_run(make_cfg):
     with pytest.raises(Preempted):
         SignalledAt(0, make_cfg(max_epochs=2), at=2, signals=(signal.SIGINT,)).fit()
     assert signal.getsignal(signal.SIGINT) is before
+
+
+def _metric_rows(cfg):
+    """metrics.csv without its wall-time column."""
+    with open(Path(cfg.save_dir) / "metrics.csv", newline="") as handle:
+        return [row[1:] for row in csv.reader(handle)]
+
+
+def _logged(make_cfg, name, **fields):
+    return make_cfg(
+        save_dir=str(Path(make_cfg().save_dir).parent / name),
+        max_epochs=3,
+        log_every=1,
+        logger_name=["csv"],
+        model_params={"dropout": 0.3},
+        train_metrics={"acc": {"cls_name": "tests.toy.metric"}},
+        **fields,
+    )
+
+
+@pytest.mark.parametrize("at", [5, 6])
+def test_after_a_mid_epoch_resume_metrics_csv_equals_the_uninterrupted_runs(make_cfg, at):
+    reference = _logged(make_cfg, "reference")
+    Trainer(0, reference).fit()
+    cfg = _logged(make_cfg, "run")
+    with pytest.raises(Preempted):
+        SignalledAt(0, cfg, at=at).fit()
+    Trainer(0, _logged(make_cfg, "run", resume=True)).fit()
+    rows = _metric_rows(cfg)
+    assert any(row[2] == "train/acc" for row in rows)
+    assert rows == _metric_rows(reference)

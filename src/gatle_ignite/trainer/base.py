@@ -94,6 +94,8 @@ class BaseTrainer:
         # a run resume at any iteration exactly. Both None when nothing is checkpointed.
         self._latest_iter = None
         self._resumable = None
+        # What an iteration checkpoint holds of the trainer's epoch metrics; None likewise.
+        self._epoch_metrics = None
         # Set when a loss or a score goes non-finite, so nothing after it is saved.
         self._diverged = False
         # checkpoint key -> EarlyStop. setup() fills it before anything is checkpointed.

@@ -29,6 +29,7 @@ __all__ = [
     "clear_state",
     "empty_cuda_cache",
     "ends_epoch",
+    "gathered",
     "save_and_log_cadences",
 ]
 
@@ -233,6 +234,36 @@ class LossAverage(Average):
             self.accumulator = self.accumulator + total
             self._pending = []
         return super().compute()
+
+    def state_dict(self) -> dict:
+        """Every rank's sum so far and its steps' losses as they are, not folded in: a resumed
+        epoch then sums the same numbers in the same order as a run that never stopped."""
+        pending = torch.stack(self._pending).cpu() if self._pending else torch.zeros(0)
+        mine = {
+            "accumulator": torch.as_tensor(self.accumulator).cpu(),
+            "num_examples": int(self.num_examples),
+            "pending": pending,
+        }
+        return {"ranks": gathered(mine)}
+
+    def load_state_dict(self, state_dict) -> None:
+        ranks = state_dict["ranks"]
+        if len(ranks) != idist.get_world_size():
+            raise ValueError(f"saved by {len(ranks)} rank(s), loaded by {idist.get_world_size()}")
+        mine = ranks[idist.get_rank()]
+        self.accumulator = mine["accumulator"].to(self.accumulator.device)
+        self.num_examples = int(mine["num_examples"])
+        # On the device the steps' losses come from, to be stacked with them.
+        self._pending = list(mine["pending"].to(idist.device()).unbind())
+
+
+def gathered(mine) -> list:
+    """``mine`` from every rank, in rank order (a list of one in a single process)."""
+    if idist.get_world_size() == 1:
+        return [mine]
+    ranks = [None] * idist.get_world_size()
+    torch.distributed.all_gather_object(ranks, mine)
+    return ranks
 
 
 class PreemptionStop:
