@@ -155,15 +155,14 @@ def _metric_rows(cfg):
 
 
 def _logged(make_cfg, name, **fields):
-    return make_cfg(
-        save_dir=str(Path(make_cfg().save_dir).parent / name),
-        max_epochs=3,
-        log_every=1,
-        logger_name=["csv"],
-        model_params={"dropout": 0.3},
-        train_metrics={"acc": {"cls_name": "tests.toy.metric"}},
-        **fields,
-    )
+    defaults = {
+        "max_epochs": 3,
+        "log_every": 1,
+        "logger_name": ["csv"],
+        "model_params": {"dropout": 0.3},
+        "train_metrics": {"acc": {"cls_name": "tests.toy.metric"}},
+    }
+    return make_cfg(save_dir=str(Path(make_cfg().save_dir).parent / name), **defaults | fields)
 
 
 @pytest.mark.parametrize("at", [5, 6])
@@ -177,3 +176,40 @@ def test_after_a_mid_epoch_resume_metrics_csv_equals_the_uninterrupted_runs(make
     rows = _metric_rows(cfg)
     assert any(row[2] == "train/acc" for row in rows)
     assert rows == _metric_rows(reference)
+
+
+def test_a_train_metric_that_cannot_give_its_state_is_named_in_one_warning(make_cfg):
+    scripted = {"count": {"cls_name": "tests.toy.scripted_metric"}}
+    cfg = _logged(make_cfg, "run", save_every_iters=1, max_epochs=1, train_metrics=scripted)
+    with pytest.warns(
+        UserWarning, match="train metric 'train/count' cannot be checkpointed"
+    ) as seen:
+        Trainer(0, cfg).fit()
+    assert sum("cannot be checkpointed" in str(w.message) for w in seen) == 1
+
+
+@pytest.mark.parametrize(
+    ("every", "kept"),
+    [
+        (0, []),
+        (
+            2,
+            [
+                "latest_iter_checkpoint_10.pt",
+                "latest_iter_checkpoint_2.pt",
+                "latest_iter_checkpoint_6.pt",
+            ],
+        ),
+    ],
+)
+def test_a_completed_run_keeps_no_checkpoint_of_an_interruption_it_recovered_from(
+    make_cfg, every, kept
+):
+    cfg = make_cfg(max_epochs=3, save_every_iters=every, n_saved=None)
+    with pytest.raises(Preempted):
+        SignalledAt(0, cfg, at=5).fit()
+    assert "latest_iter_checkpoint_5.pt" in _files(cfg)
+    Trainer(0, make_cfg(max_epochs=3, save_every_iters=every, n_saved=None, resume=True)).fit()
+    assert [name for name in _files(cfg) if name.startswith("latest_iter")] == kept
+    indexed = [e.file for e in Manifest.read(cfg.save_dir).checkpoints if e.kind == "latest_iter"]
+    assert sorted(indexed) == kept

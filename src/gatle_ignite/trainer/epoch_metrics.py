@@ -10,6 +10,7 @@ iteration of the epoch, those before the interruption too.
 import warnings
 
 from ignite.engine import Events
+from ignite.metrics import Metric
 
 __all__ = ["EPOCH_METRICS_KEY", "EpochMetrics"]
 
@@ -34,13 +35,14 @@ class EpochMetrics:
             if name in self._unsaved:
                 continue
             try:
-                states[name] = metric.state_dict()
+                states[name] = _state_of(metric)
             except (NotImplementedError, TypeError, ValueError) as error:
                 self._unsaved.add(name)
                 warnings.warn(
-                    f"train metric {name!r} cannot be checkpointed ({type(error).__name__}: "
-                    f"{error}); after a mid-epoch resume its value for that epoch covers only "
-                    f"the iterations after the resume.",
+                    f"train metric {name!r} cannot be checkpointed ({error}); after a "
+                    f"mid-epoch resume its value for that epoch covers only the iterations "
+                    f"after the resume.\n  Give it a state_dict / load_state_dict, or name the "
+                    f"attributes it accumulates in _state_dict_all_req_keys (ignite's way).",
                     stacklevel=2,
                 )
         return states
@@ -68,3 +70,12 @@ class EpochMetrics:
                     f"the resumed epoch covers only the iterations after the resume.",
                     stacklevel=2,
                 )
+
+
+def _state_of(metric):
+    """The metric's state; ignite's own state_dict on a metric that names no attribute would
+    return nothing and restore nothing, silently."""
+    own = type(metric).state_dict is not Metric.state_dict
+    if not own and not getattr(metric, "_state_dict_all_req_keys", ()):
+        raise NotImplementedError(f"{type(metric).__name__} names no _state_dict_all_req_keys")
+    return metric.state_dict()
