@@ -148,13 +148,13 @@ class _SkipFirst:
 
     def __iter__(self):
         # iter() now, as torch calls it, so a sampler drawing its order there draws it alike.
-        return _Lazy(iter(self.inner), self.count)
+        return _Skipping(iter(self.inner), self.count)
 
     def __len__(self) -> int:
         return len(self.inner)
 
 
-class _Lazy:
+class _Skipping:
     """``inner`` past its first ``count`` items, skipped at the first next() (when torch would
     first ask the sampler, so one that draws its order lazily draws it at the same moment)."""
 
@@ -186,10 +186,11 @@ def _pass_loader(loader, skip: int = 0, worker_states=None) -> DataLoader:
         "multiprocessing_context": loader.multiprocessing_context,
         "generator": loader.generator,
         "prefetch_factor": loader.prefetch_factor,
-        "pin_memory_device": loader.pin_memory_device,
     }
-    if hasattr(loader, "in_order"):  # torch >= 2.6
-        kwargs["in_order"] = loader.in_order
+    # in_order came with torch 2.6; pin_memory_device is on its way out.
+    for name in ("in_order", "pin_memory_device"):
+        if hasattr(loader, name):
+            kwargs[name] = getattr(loader, name)
     if worker_states is not None:
         kwargs["worker_init_fn"] = RestoringInit(loader.worker_init_fn, worker_states)
     if _iterable(loader):
@@ -306,7 +307,7 @@ class ResumableLoader:
                 loader.dataset.load_state_dict(pending["dataset"])
             iterator = self._start(loader)
             if not _iterable(loader):
-                self._skip_indices(iterator._inner, position)
+                self._skip(iterator, position)
             self.yielded = position
         else:
             iterator = self._start(loader)
@@ -357,8 +358,12 @@ class ResumableLoader:
         return "its workers stopped taking turns in order, so their states do not line up"
 
     @staticmethod
-    def _skip_indices(inner, count):
+    def _skip(iterator, count):
         # No workers: the batches are skipped by index, without loading them.
+        inner = iterator._inner
+        if not hasattr(inner, "_next_index"):
+            ResumableLoader._discard(iterator, count)
+            return
         for _ in range(count):
             inner._next_index()
             inner._num_yielded += 1
