@@ -25,6 +25,7 @@ BENCHMARKS = {
     "ablate": "bench.ablate",
     "startup": "bench.startup",
     "checkpoint": "bench.checkpoint",
+    "resume": "bench.resume",
     "ddp": "bench.ddp",
     "fsdp": "bench.fsdp",
     "cuda": "bench.cuda",

@@ -345,3 +345,20 @@ def test_a_stalled_rank_in_a_joined_world_times_its_peer_out(tmp_path):
     assert waiting.returncode == 69, (waiting.returncode, err[-3000:])
     assert err.count("distributed timeout: rank 0 waited more than dist_timeout=5 s") == 1
     assert elapsed < 2 * STALL["dist_timeout"], elapsed
+
+
+def test_a_batchnorm_model_trains_on_two_cpu_processes_with_the_default_sync_bn(tmp_path):
+    save_dir = tmp_path / "run"
+    config = _write_config(
+        tmp_path / "cfg.py",
+        save_dir=str(save_dir),
+        max_epochs=1,
+        model_params={"batchnorm": True},
+    )
+    done = _cli("train", f"--config={config}", "--override=nproc_per_node=2")
+    out = _ok(done)
+    assert "SyncBatchNorm layers only work" not in done.stderr
+    assert out.count("sync_bn: the gloo backend cannot synchronise BatchNorm") == 1
+    assert "TRAINING COMPLETE after 1 epochs" in out
+    weights = torch.load(save_dir / "final_weights.pt", weights_only=True)
+    assert "norm.running_mean" in weights

@@ -163,3 +163,160 @@ def test_no_iteration_checkpoint_at_an_epochs_end_where_the_epoch_checkpoint_fol
         "latest_iter_checkpoint_2.pt",
         "latest_iter_checkpoint_6.pt",
     ]
+
+
+# ---- constant-time resume: the sampler moves, the workers restart in their saved state ----
+
+COSTLY = {"n": 256, "bs": 16, "shuffle": True, "num_workers": 2}  # 16 batches per epoch
+
+
+def _costly(make_cfg, save_dir, log, **fields):
+    return make_cfg(
+        save_dir=str(save_dir),
+        **{
+            **_fields(2),
+            "max_epochs": 2,
+            "train_ds_params": {**COSTLY, "load_log": str(log)},
+            **fields,
+        },
+    )
+
+
+@pytest.fixture(scope="module")
+def costly_reference(tmp_path_factory):
+    from tests.toy.config import toy_config
+
+    tmp = tmp_path_factory.mktemp("costly")
+    cfg = toy_config(
+        save_dir=str(tmp / "run"),
+        **{**_fields(2), "max_epochs": 2, "train_ds_params": COSTLY},
+    )
+    task = Trainer(0, cfg)
+    task.fit()
+    return _weights(task)
+
+
+def _interrupt_at(task, at):
+    def interrupt(engine):
+        if engine.state.iteration == at:
+            raise Interrupt
+
+    task.engines["trainer"].add_event_handler(Events.ITERATION_COMPLETED, interrupt)
+    with pytest.raises(Interrupt):
+        task.fit()
+
+
+def _loads(log):
+    return len(log.read_text().split()) if log.exists() else 0
+
+
+@pytest.mark.parametrize("at", [8, 13])
+def test_a_resume_with_workers_loads_nothing_before_its_position_and_is_bit_identical(
+    make_cfg, tmp_path, costly_reference, at, recwarn
+):
+    log = tmp_path / "loads.txt"
+    _interrupt_at(Trainer(0, _costly(make_cfg, tmp_path / "run", log)).setup(), at)
+    log.unlink()
+    task = Trainer(0, _costly(make_cfg, tmp_path / "run", log, resume=True))
+    task.fit()
+    assert _equal(costly_reference, _weights(task))
+    # Saved after iteration at-1. The workers' turns restart at an even batch: at most one
+    # batch before the position is loaded again, then the rest of epoch 1 and all of epoch 2.
+    saved = at - 1
+    restart = saved - saved % 2
+    assert _loads(log) == (16 - restart) * 16 + 256
+    assert not [w for w in recwarn if "loading again" in str(w.message)]
+
+
+def _strip_worker_state(state):
+    for rank in state["resume_state"]["ranks"]:
+        rank.pop("workers")
+
+
+def test_a_checkpoint_without_worker_state_resumes_exactly_by_replaying(
+    make_cfg, tmp_path, costly_reference
+):
+    """A checkpoint written before workers reported their state: the old, replaying way."""
+    log = tmp_path / "loads.txt"
+    _interrupt_at(Trainer(0, _costly(make_cfg, tmp_path / "run", log)).setup(), 13)
+    _edit_newest(tmp_path / "run", _strip_worker_state)
+    log.unlink()
+    task = Trainer(0, _costly(make_cfg, tmp_path / "run", log, resume=True))
+    with pytest.warns(UserWarning, match="loading again the 12 batches before it, because the "):
+        task.fit()
+    assert _equal(costly_reference, _weights(task))
+    assert _loads(log) == 16 * 16 + 256
+
+
+def test_without_the_worker_states_the_resumed_run_differs(make_cfg, tmp_path, costly_reference):
+    """The negative control: restarting the workers fresh changes their augmentations."""
+
+    def forget_workers(state):
+        for rank in state["resume_state"]["ranks"]:
+            rank["workers"] = [None, None]
+
+    log = tmp_path / "loads.txt"
+    _interrupt_at(Trainer(0, _costly(make_cfg, tmp_path / "run", log)).setup(), 13)
+    _edit_newest(tmp_path / "run", forget_workers)
+    task = Trainer(0, _costly(make_cfg, tmp_path / "run", log, resume=True))
+    task.fit()
+    assert not _equal(costly_reference, _weights(task))
+
+
+# ---- an iterable dataset: in place with state_dict, replayed (and said so) without ----
+
+
+def _stream(make_cfg, save_dir, workers, stateful=True, log=None, **fields):
+    params = {"n": 64, "bs": 8, "num_workers": workers, "stateful": stateful}
+    if log is not None:
+        params["load_log"] = str(log)
+    stream = {"train_ds_name": "tests.toy.data_stream", "train_ds_params": params}
+    return make_cfg(save_dir=str(save_dir), **{**_fields(workers), **stream, **fields})
+
+
+@pytest.fixture(scope="module")
+def stream_reference(tmp_path_factory):
+    from tests.toy.config import toy_config
+
+    results = {}
+    for workers in (0, 2):
+        tmp = tmp_path_factory.mktemp(f"stream{workers}")
+        params = {"n": 64, "bs": 8, "num_workers": workers}
+        fields = {**_fields(workers), "train_ds_name": "tests.toy.data_stream"}
+        cfg = toy_config(save_dir=str(tmp / "run"), **{**fields, "train_ds_params": params})
+        task = Trainer(0, cfg)
+        task.fit()
+        results[workers] = _weights(task)
+    return results
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_an_iterable_dataset_with_state_resumes_in_place_exactly(
+    make_cfg, tmp_path, stream_reference, workers, recwarn
+):
+    log = tmp_path / "loads.txt"
+    _interrupt_at(Trainer(0, _stream(make_cfg, tmp_path / "run", workers, log=log)).setup(), 15)
+    log.unlink()
+    task = Trainer(0, _stream(make_cfg, tmp_path / "run", workers, log=log, resume=True))
+    task.fit()
+    assert _equal(stream_reference[workers], _weights(task))
+    assert not [w for w in recwarn if "loading again" in str(w.message)]
+    # Saved after iteration 14, batch 6 of epoch 2's 8: from batch 6 on (no worker turn to
+    # line up at an even batch), then epoch 3.
+    assert _loads(log) == 2 * 8 + 64
+
+
+def test_an_iterable_dataset_without_state_is_replayed_exactly_with_one_warning(
+    make_cfg, tmp_path, stream_reference
+):
+    _interrupt_at(Trainer(0, _stream(make_cfg, tmp_path / "run", 2, stateful=False)).setup(), 15)
+    task = Trainer(0, _stream(make_cfg, tmp_path / "run", 2, stateful=False, resume=True))
+    with pytest.warns(UserWarning) as seen:
+        task.fit()
+    replays = [str(w.message) for w in seen if "loading again" in str(w.message)]
+    assert replays == [
+        "resuming at batch 6 of the pass by loading again the 6 batches before it, because the "
+        "iterable dataset Stream has no state_dict/load_state_dict to resume it in place; the "
+        "resume costs as much data loading as those iterations did."
+    ]
+    assert _equal(stream_reference[2], _weights(task))

@@ -14,7 +14,7 @@ import time
 import pytest
 import torch
 
-from gatle_ignite.trainer.preemption import EXIT_PREEMPTED
+from gatle_ignite.trainer.preemption import EXIT_INTERRUPTED, EXIT_PREEMPTED
 from tests.conftest import ROOT, no_process_left
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
@@ -121,7 +121,13 @@ def reference(tmp_path_factory):
     _train(_config(tmp, "one"))
     two = _config(tmp, "two", train_ds_params={**FIELDS["train_ds_params"], "num_workers": 0})
     _train(two, "--override=nproc_per_node=2", *GLOO)
-    return {"one": _weights(tmp / "one"), "two": _weights(tmp / "two")}
+    workers = _config(tmp, "workers")
+    _train(workers, "--override=nproc_per_node=2", *GLOO)
+    return {
+        "one": _weights(tmp / "one"),
+        "two": _weights(tmp / "two"),
+        "two_with_workers": _weights(tmp / "workers"),
+    }
 
 
 def test_sigkill_at_random_iterations_then_resume_is_bit_identical(tmp_path, reference):
@@ -241,3 +247,65 @@ def test_sigterm_to_torchrun_lets_the_workers_save_and_a_torchrun_resume_finishe
     assert list((tmp_path / "run").glob("latest_iter_checkpoint_*.pt"))
     resumed = _train(config, "--override=resume=True", *GLOO, launcher=_torchrun())
     assert "TRAINING COMPLETE after 1 epochs" in resumed
+
+
+def _status(save_dir):
+    done = subprocess.run(
+        [*GATLE_IGNITE, "status", str(save_dir)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        env=_env(),
+    )
+    return done.returncode, done.stdout
+
+
+def _ctrl_c(process):
+    """What a terminal does on Ctrl-C: SIGINT to every process of the foreground group, the
+    launcher, its ranks and their DataLoader workers alike."""
+    _kill_group(process, signal.SIGINT)
+
+
+@pytest.mark.parametrize("nproc", [1, 2])
+def test_ctrl_c_saves_exits_130_without_a_traceback_and_resumes_exactly(tmp_path, reference, nproc):
+    config = _config(tmp_path, "run", save_every_iters=0)
+    args = ["--override=nproc_per_node=2", *GLOO] if nproc == 2 else []
+    process = _start(config, *args)
+    _after_progress_lines(process, 5)
+    _ctrl_c(process)
+    rest = process.communicate(timeout=TIMEOUT)[0]
+    assert process.returncode == EXIT_INTERRUPTED, rest
+    assert rest.count("INTERRUPTED by SIGINT after iteration") == 1, rest
+    assert "Traceback" not in rest and "KeyboardInterrupt" not in rest, rest
+    if nproc == 1:
+        # Two ranks agree at their next check point, here the epoch's end and its checkpoint.
+        assert list((tmp_path / "run").glob("latest_iter_checkpoint_*.pt"))
+    code, status = _status(tmp_path / "run")
+    assert code == EXIT_PREEMPTED and "state:    preempted" in status, status
+    _train(config, "--override=resume=True", *args)
+    expected = reference["one" if nproc == 1 else "two_with_workers"]
+    _assert_identical(expected, _weights(tmp_path / "run"))
+
+
+@pytest.mark.parametrize("nproc", [1, 2])
+def test_a_second_ctrl_c_stops_at_once_and_the_run_stays_resumable(tmp_path, nproc):
+    # Slow iterations: the second Ctrl-C lands while the first waits for the iteration's end.
+    config = _config(tmp_path, "run", save_every_iters=0, iter_sleep_s=2.0)
+    args = ["--override=nproc_per_node=2", *GLOO] if nproc == 2 else []
+    process = _start(config, *args)
+    _after_progress_lines(process, 1)
+    time.sleep(0.5)  # into iteration 2
+    _ctrl_c(process)
+    time.sleep(0.5)
+    _ctrl_c(process)
+    signalled = time.monotonic()
+    rest = process.communicate(timeout=TIMEOUT)[0]
+    assert process.returncode == EXIT_INTERRUPTED, rest
+    assert time.monotonic() - signalled < 10
+    assert "Traceback" not in rest and "KeyboardInterrupt" not in rest, rest
+    assert "INTERRUPTED by SIGINT after iteration" not in rest
+    assert "second SIGINT" in rest, rest
+    assert no_process_left(process.pid)
+    code, status = _status(tmp_path / "run")
+    assert code == EXIT_PREEMPTED and "state:    interrupted" in status, status

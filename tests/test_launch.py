@@ -313,6 +313,34 @@ def test_launch_refuses_a_bad_topology_before_starting(monkeypatch, parallel):
     assert parallel == []
 
 
+def test_an_explicit_sync_bn_where_it_cannot_work_is_refused_before_any_rank_starts(
+    monkeypatch, parallel
+):
+    _gpus(monkeypatch, 0)
+    cfg = _cfg(nproc_per_node=2)
+    cfg.auto_model_params.sync_bn = True
+    with pytest.raises(ConfigError, match=r"auto_model_params\.sync_bn=True.* is gloo on CPU"):
+        launch.launch(cfg)
+    assert parallel == []
+
+
+@pytest.mark.parametrize("sync_bn", [None, False])
+def test_sync_bn_left_unset_or_false_starts_the_ranks_on_cpu(monkeypatch, parallel, sync_bn):
+    _gpus(monkeypatch, 0)
+    cfg = _cfg(nproc_per_node=2)
+    cfg.auto_model_params.sync_bn = sync_bn
+    launch.launch(cfg)
+    assert len(parallel) == 1
+
+
+def test_an_explicit_sync_bn_with_gpus_and_nccl_is_accepted(monkeypatch, parallel):
+    _gpus(monkeypatch, 2)
+    cfg = _cfg()
+    cfg.auto_model_params.sync_bn = True
+    launch.launch(cfg)
+    assert parallel[0].kwargs["backend"] == "nccl"
+
+
 # ----------------------------------------------------------------------------- launch_many
 
 

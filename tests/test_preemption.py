@@ -1,5 +1,6 @@
 """Preemption in one process: a signal to the running trainer ends it at an iteration boundary."""
 
+import csv
 import os
 import signal
 from pathlib import Path
@@ -7,16 +8,25 @@ from pathlib import Path
 import pytest
 from ignite.engine import Events
 
-from gatle_ignite.trainer.preemption import EXIT_PREEMPTED, Preempted, preemption_signals
+from gatle_ignite.cli.status import run_status
+from gatle_ignite.run.manifest import Manifest
+from gatle_ignite.trainer.preemption import (
+    EXIT_INTERRUPTED,
+    EXIT_PREEMPTED,
+    Interrupted,
+    Preempted,
+    preemption_signals,
+)
 from tests.toy.trainer import Trainer
 
 
 class SignalledAt(Trainer):
-    """Sends itself SIGTERM while preparing the batch of one iteration."""
+    """Sends itself ``signals`` (SIGTERM) while preparing the batch of one iteration."""
 
-    def __init__(self, local_rank, cfg, at):
+    def __init__(self, local_rank, cfg, at, signals=(signal.SIGTERM,)):
         super().__init__(local_rank, cfg)
         self.at = at
+        self.signals = signals
         self.watched_before_signal = []
 
     def prep_batch(self, batch, split="train", **kwargs):
@@ -26,7 +36,8 @@ class SignalledAt(Trainer):
             watched = trainer.has_event_handler(stop, Events.ITERATION_COMPLETED)
             self.watched_before_signal.append(watched)
             if trainer.state.iteration == self.at:
-                os.kill(os.getpid(), signal.SIGTERM)
+                for signum in self.signals:
+                    os.kill(os.getpid(), signum)
         return super().prep_batch(batch, split=split, **kwargs)
 
 
@@ -85,3 +96,120 @@ def test_a_repeated_signal_goes_to_on_repeat_and_the_first_stays_the_request():
     assert repeats == [signal.SIGTERM, signal.SIGUSR1]
     # Only the first is passed on: the repeats are on_repeat's to act on.
     assert forwarded == [True]
+
+
+def test_ctrl_c_saves_that_iteration_exits_130_and_leaves_the_run_resumable(make_cfg, capsys):
+    cfg = make_cfg(max_epochs=3)
+    task = SignalledAt(0, cfg, at=6, signals=(signal.SIGINT,))
+    with pytest.raises(Preempted) as raised:
+        task.fit()
+    assert raised.value.code == EXIT_INTERRUPTED
+    out = capsys.readouterr().out
+    line = [text for text in out.splitlines() if "SIGINT" in text]
+    assert line == [
+        f"INTERRUPTED by SIGINT after iteration 6: saved {cfg.save_dir}/"
+        f"latest_iter_checkpoint_6.pt; run the same command with --override resume=True to "
+        f"continue."
+    ]
+    assert "latest_iter_checkpoint_6.pt" in _files(cfg)
+    assert Manifest.read(cfg.save_dir).state == "preempted"
+    assert run_status(cfg.save_dir) == EXIT_PREEMPTED
+
+
+def test_a_second_ctrl_c_stops_at_once_without_saving_and_stays_resumable(make_cfg, capsys):
+    cfg = make_cfg(max_epochs=3)
+    task = SignalledAt(0, cfg, at=6, signals=(signal.SIGINT, signal.SIGINT))
+    with pytest.raises(Interrupted) as raised:
+        task.fit()
+    assert raised.value.code == EXIT_INTERRUPTED
+    assert "stopped at once by a second SIGINT" in capsys.readouterr().out
+    # Stopped inside iteration 6, before it finished: nothing of it is saved.
+    assert not [name for name in _files(cfg) if name.startswith("latest_iter")]
+    manifest = Manifest.read(cfg.save_dir)
+    assert manifest.state == "interrupted" and manifest.trained_iteration == 4
+    assert run_status(cfg.save_dir) == EXIT_PREEMPTED
+    resumed = Trainer(0, make_cfg(max_epochs=3, resume=True)).fit()
+    assert resumed.engines["trainer"].state.iteration == 12
+
+
+def test_a_repeated_sigterm_to_one_process_is_still_one_request(make_cfg):
+    cfg = make_cfg(max_epochs=3)
+    task = SignalledAt(0, cfg, at=6, signals=(signal.SIGTERM, signal.SIGTERM))
+    with pytest.raises(Preempted) as raised:
+        task.fit()
+    assert raised.value.code == EXIT_PREEMPTED
+    assert "latest_iter_checkpoint_6.pt" in _files(cfg)
+
+
+def test_the_sigint_handler_is_restored_after_the_run(make_cfg):
+    before = signal.getsignal(signal.SIGINT)
+    with pytest.raises(Preempted):
+        SignalledAt(0, make_cfg(max_epochs=2), at=2, signals=(signal.SIGINT,)).fit()
+    assert signal.getsignal(signal.SIGINT) is before
+
+
+def _metric_rows(cfg):
+    """metrics.csv without its wall-time column."""
+    with open(Path(cfg.save_dir) / "metrics.csv", newline="") as handle:
+        return [row[1:] for row in csv.reader(handle)]
+
+
+def _logged(make_cfg, name, **fields):
+    defaults = {
+        "max_epochs": 3,
+        "log_every": 1,
+        "logger_name": ["csv"],
+        "model_params": {"dropout": 0.3},
+        "train_metrics": {"acc": {"cls_name": "tests.toy.metric"}},
+    }
+    return make_cfg(save_dir=str(Path(make_cfg().save_dir).parent / name), **defaults | fields)
+
+
+@pytest.mark.parametrize("at", [5, 6])
+def test_after_a_mid_epoch_resume_metrics_csv_equals_the_uninterrupted_runs(make_cfg, at):
+    reference = _logged(make_cfg, "reference")
+    Trainer(0, reference).fit()
+    cfg = _logged(make_cfg, "run")
+    with pytest.raises(Preempted):
+        SignalledAt(0, cfg, at=at).fit()
+    Trainer(0, _logged(make_cfg, "run", resume=True)).fit()
+    rows = _metric_rows(cfg)
+    assert any(row[2] == "train/acc" for row in rows)
+    assert rows == _metric_rows(reference)
+
+
+def test_a_train_metric_that_cannot_give_its_state_is_named_in_one_warning(make_cfg):
+    scripted = {"count": {"cls_name": "tests.toy.scripted_metric"}}
+    cfg = _logged(make_cfg, "run", save_every_iters=1, max_epochs=1, train_metrics=scripted)
+    with pytest.warns(
+        UserWarning, match="train metric 'train/count' cannot be checkpointed"
+    ) as seen:
+        Trainer(0, cfg).fit()
+    assert sum("cannot be checkpointed" in str(w.message) for w in seen) == 1
+
+
+@pytest.mark.parametrize(
+    ("every", "kept"),
+    [
+        (0, []),
+        (
+            2,
+            [
+                "latest_iter_checkpoint_10.pt",
+                "latest_iter_checkpoint_2.pt",
+                "latest_iter_checkpoint_6.pt",
+            ],
+        ),
+    ],
+)
+def test_a_completed_run_keeps_no_checkpoint_of_an_interruption_it_recovered_from(
+    make_cfg, every, kept
+):
+    cfg = make_cfg(max_epochs=3, save_every_iters=every, n_saved=None)
+    with pytest.raises(Preempted):
+        SignalledAt(0, cfg, at=5).fit()
+    assert "latest_iter_checkpoint_5.pt" in _files(cfg)
+    Trainer(0, make_cfg(max_epochs=3, save_every_iters=every, n_saved=None, resume=True)).fit()
+    assert [name for name in _files(cfg) if name.startswith("latest_iter")] == kept
+    indexed = [e.file for e in Manifest.read(cfg.save_dir).checkpoints if e.kind == "latest_iter"]
+    assert sorted(indexed) == kept

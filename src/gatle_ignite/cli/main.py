@@ -295,7 +295,7 @@ def _show_tracebacks_redacted() -> None:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Run the CLI on ``argv`` (default ``sys.argv[1:]``) and return the exit code."""
-    from gatle_ignite.trainer.preemption import Preempted
+    from gatle_ignite.trainer.preemption import EXIT_INTERRUPTED, Interrupted, Preempted
 
     args = build_parser().parse_args(argv)
     show_framework_warnings_plainly()
@@ -305,6 +305,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except ConfigError as error:
         report_config_error(error)
         return 2
-    except Preempted as preempted:
-        # The checkpoint is written; the exit code tells a scheduler to run it again.
-        return preempted.code
+    except (Preempted, Interrupted) as stopped:
+        # Already said; the exit code tells a scheduler or a script to run it again.
+        return stopped.code
+    except KeyboardInterrupt:
+        # Ctrl-C outside training (loading, building, evaluating): nothing to save.
+        print("interrupted by SIGINT.", file=sys.stderr)
+        return EXIT_INTERRUPTED

@@ -40,7 +40,8 @@ def base_config() -> config_dict.ConfigDict:
 
     cfg.model_name = placeholder(str)
     cfg.model_params = {}
-    cfg.auto_model_params = {"find_unused_parameters": False, "sync_bn": True}
+    # sync_bn None: SyncBatchNorm where it works (CUDA with nccl), plain BatchNorm elsewhere.
+    cfg.auto_model_params = {"find_unused_parameters": False, "sync_bn": None}
     # "ddp": a whole model per rank; "fsdp": each rank holds a shard (FSDP2).
     cfg.strategy = "ddp"
     cfg.fsdp_params = {}

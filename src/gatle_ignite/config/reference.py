@@ -41,8 +41,10 @@ FIELD_DOCS: dict[str, str] = {
     "model_params": "Keyword arguments of `Model(**model_params)`.",
     "auto_model_params": (
         "Keyword arguments of `idist.auto_model`, the DDP wrap, used only when more than one "
-        "process runs. `sync_bn=True` converts BatchNorm to SyncBatchNorm, which needs a GPU "
-        "backend: set it False for CPU (gloo) runs."
+        "process runs. `sync_bn` converts BatchNorm to SyncBatchNorm, which works only on CUDA "
+        "with nccl: unset (None, the default) it converts there and keeps plain BatchNorm "
+        "elsewhere (saying so in one line); True where it cannot work is a config error; False "
+        "never converts."
     ),
     "strategy": (
         "How the model is spread over the ranks: `ddp` (a whole copy per rank, the default) or "

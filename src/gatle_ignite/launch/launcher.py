@@ -34,6 +34,7 @@ from gatle_ignite.launch.world import (
     warn_if_topology_ignored,
 )
 from gatle_ignite.launch.world import parallel_kwargs as _parallel_kwargs
+from gatle_ignite.trainer.strategy import resolve_sync_bn
 from gatle_ignite.utils.dist import quiet_ignite_loggers
 
 __all__ = [
@@ -60,6 +61,7 @@ _resolve_backend = resolve_backend
 
 def _join(cfg: config_dict.ConfigDict, world: str, task_args: tuple) -> None:
     warn_if_topology_ignored(cfg, world)
+    resolve_sync_bn(cfg, resolve_backend(cfg))
     hidden = () if world == "slurm" else ("SLURM_JOB_ID",)
     with hidden_from_ignite(*hidden), idist.Parallel(backend=resolve_backend(cfg)) as parallel:
         apply_dist_timeout(cfg)
@@ -84,6 +86,8 @@ def launch(cfg: config_dict.ConfigDict, job: Optional[Callable] = None):
     os.environ["MASTER_ADDR"] = addr
     if nproc * nnodes <= 1:
         return run_task(0, *task_args)
+    # A config error here, before any rank starts, rather than one traceback per rank.
+    resolve_sync_bn(cfg, resolve_backend(cfg))
     kwargs = _parallel_kwargs(nnodes, node_rank, addr, port)
     timeout = dist_timeout(cfg)
     if timeout is not None:

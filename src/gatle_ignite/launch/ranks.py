@@ -5,6 +5,7 @@ import contextlib
 import multiprocessing
 import os
 import signal
+import sys
 import tempfile
 import threading
 import warnings
@@ -13,8 +14,11 @@ from pathlib import Path
 import torch
 
 from gatle_ignite.trainer.preemption import (
+    EXIT_INTERRUPTED,
     EXIT_PREEMPTED,
+    REQUEST,
     Preempted,
+    exit_code_for,
     preemption_signals,
     signal_name,
 )
@@ -97,7 +101,7 @@ def _ranks_supervised(nproc: int, marks: RankMarks):
             yield
         except torch.multiprocessing.ProcessExitedException as error:
             if killed_by:
-                raise SystemExit(_killed_message(killed_by[0])) from None
+                raise _killed(killed_by[0]) from None
             if marks.count("config_error"):
                 # Whichever rank torch names (one may abort in gloo's teardown as it exits),
                 # the run ended on a config error, which rank 0 has printed.
@@ -106,12 +110,30 @@ def _ranks_supervised(nproc: int, marks: RankMarks):
                 # Every rank saved and stopped; one may have aborted in gloo's teardown after.
                 raise Preempted(
                     "the ranks were preempted and wrote a resumable checkpoint.\n"
-                    "  Run the same command with --override resume=True to continue."
+                    "  Run the same command with --override resume=True to continue.",
+                    code=_preempted_code(error),
                 ) from None
+            if error.exit_code == EXIT_INTERRUPTED:
+                # Stopped by Ctrl-C before training, where there was nothing to save.
+                raise SystemExit(EXIT_INTERRUPTED) from None
             if error.exit_code in (EXIT_PEER_TIMEOUT, EXIT_CONFIG_ERROR):
                 # The rank has said why; a traceback here would only repeat it.
                 raise SystemExit(error.exit_code) from None
             raise
+
+
+def _preempted_code(error) -> int:
+    """The ranks' own code (75, or 130 after a SIGINT); this launcher's signal decides when
+    the rank torch names aborted in gloo's teardown after saving."""
+    if error.exit_code in (EXIT_PREEMPTED, EXIT_INTERRUPTED):
+        return error.exit_code
+    return exit_code_for(REQUEST.signal)
+
+
+def _killed(signum) -> SystemExit:
+    """The exit after a second signal killed the ranks: 130 for Ctrl-C, 1 otherwise."""
+    print(_killed_message(signum), file=sys.stderr, flush=True)
+    return SystemExit(EXIT_INTERRUPTED if signum == signal.SIGINT else 1)
 
 
 def _killed_message(signum) -> str:

@@ -538,11 +538,34 @@ class RunDirectory:
         self.manifest.stop_reason = reason
         if trainer is not None:
             self._note_progress(trainer)
+        if state in ("completed", "early-stopped"):
+            self._drop_recovered_interruptions()
         self.manifest.write(self.path, last_word=True)
 
     def release(self) -> None:
         """Let the next process in."""
         self.lock.release()
+
+    def _drop_recovered_interruptions(self) -> None:
+        """Delete a finished run's iteration checkpoints that an interruption wrote (not the
+        ``save_every_iters`` cadence, which ``n_saved`` keeps) and that an epoch checkpoint
+        has overtaken: the run recovered from them, and no resume would choose them again."""
+        entries = self.manifest.checkpoints
+        epochs = [e.iteration for e in entries if e.kind == LATEST_PREFIX and e.iteration]
+        if not epochs:
+            return
+        every = self.cfg.get("save_every_iters", 0) or 0
+        stale = [
+            e
+            for e in entries
+            if e.kind == LATEST_ITER_PREFIX
+            and e.iteration is not None
+            and e.iteration <= max(epochs)
+            and not (every and e.iteration % every == 0)
+        ]
+        for entry in stale:
+            remove_quietly(self.path / entry.file)
+        self.manifest.forget(entry.file for entry in stale)
 
 
 def _check_writable_name(path: Path) -> None:

@@ -20,8 +20,18 @@ from gatle_ignite.run.layout import MANIFEST_FILE, Entry, parse_checkpoint_name
 __all__ = ["STATES", "Entry", "Manifest", "write_atomically"]
 
 FORMAT = 1
-# Every state a run can be left in. A run found "running" whose lock is free was killed.
-STATES = ("running", "completed", "early-stopped", "preempted", "failed", "diverged")
+# Every state a run can be left in. "preempted" saved where it stopped; "interrupted" stopped
+# at once (a second Ctrl-C) and resumes from an earlier checkpoint, as does a run found
+# "running" whose lock is free: it was killed.
+STATES = (
+    "running",
+    "completed",
+    "early-stopped",
+    "preempted",
+    "interrupted",
+    "failed",
+    "diverged",
+)
 
 
 def _now() -> str:

@@ -45,9 +45,9 @@ from gatle_ignite.trainer.handlers import (
 )
 from gatle_ignite.trainer.lifecycle import recorded_run, settle_writes
 from gatle_ignite.trainer.preemption import REQUEST as PREEMPTION
-from gatle_ignite.trainer.preemption import preemption_signals, shield_workers
+from gatle_ignite.trainer.preemption import preemption_signals, shield_workers, stop_at_once
 from gatle_ignite.trainer.progress import attach_progress_output
-from gatle_ignite.trainer.strategy import distribute, gradient_sync, strategy_of
+from gatle_ignite.trainer.strategy import ddp_params, distribute, gradient_sync, strategy_of
 from gatle_ignite.utils.amp import autocast_device_type, resolve_amp_dtype
 from gatle_ignite.utils.dist import quiet_ignite_loggers, rank_zero_print
 from gatle_ignite.utils.seed import setup_seed
@@ -96,6 +96,8 @@ class BaseTrainer:
         # a run resume at any iteration exactly. Both None when nothing is checkpointed.
         self._latest_iter = None
         self._resumable = None
+        # What an iteration checkpoint holds of the trainer's epoch metrics; None likewise.
+        self._epoch_metrics = None
         # Set when a loss or a score goes non-finite, so nothing after it is saved.
         self._diverged = False
         # checkpoint key -> EarlyStop. setup() fills it before anything is checkpointed.
@@ -172,7 +174,7 @@ class BaseTrainer:
             # Not auto_model: with several GPUs visible it would wrap in DataParallel. FSDP
             # shards the model after build_model returns.
             return model.to(self.device)
-        return idist.auto_model(model, **dict(self.cfg.auto_model_params))
+        return idist.auto_model(model, **ddp_params(self.cfg, model))
 
     def dict_metric_from_list(self, engine_type, spec, dict_metrics, info=None):
         """Build one engine's metrics from the config; keys are ``{engine_type}/{key}``."""
@@ -357,13 +359,23 @@ class BaseTrainer:
         if plan.action == "nothing":
             rank_zero_print(plan.message)
             return self
-        with recorded_run(self):
-            data = self._prepare_fit()
-            with preemption_signals(on_request=self._preemption.on_signal):
+        # One process owns its Ctrl-C: a second stops it at once. A rank of several takes
+        # repeats as one request (a terminal signals every rank and so does the launcher), and
+        # its launcher acts on a second one. Around the teardown too, so a second Ctrl-C there
+        # stops without a traceback.
+        repeat = stop_at_once if idist.get_world_size() == 1 else None
+        with preemption_signals(on_request=self._on_stop_request, on_repeat=repeat):
+            with recorded_run(self):
+                data = self._prepare_fit()
                 self.engines["trainer"].run(
                     data, max_epochs=self.cfg.max_epochs, epoch_length=self.cfg.train_length
                 )
         return self
+
+    def _on_stop_request(self):
+        # A request made while the run is set up is taken when the preemption stop attaches.
+        if self._preemption is not None:
+            self._preemption.on_signal()
 
     def _open_run(self):
         """Open the run directory once (lock, checks, resume choice); returns its plan."""

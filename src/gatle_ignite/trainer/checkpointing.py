@@ -25,6 +25,7 @@ from gatle_ignite.trainer.accepted_changes import (
     fresh_settings,
     schedule_epochs,
 )
+from gatle_ignite.trainer.epoch_metrics import EPOCH_METRICS_KEY, EpochMetrics
 from gatle_ignite.trainer.handlers import clear_state, ends_epoch
 from gatle_ignite.trainer.strategy import ModelState, OptimizerState, is_sharded, strategy_of
 from gatle_ignite.utils.batch import get_value
@@ -82,7 +83,7 @@ def _to_save(trainer) -> dict:
     if getattr(trainer, "_resumable", None) is not None:
         to_save["resume_state"] = ResumeState(trainer._resumable)
     for key, obj in trainer.extra_to_save().items():
-        if key in to_save:
+        if key in to_save or key == EPOCH_METRICS_KEY:
             raise ConfigError(
                 f"extra_to_save() key '{key}' collides with the framework's own '{key}'.\n"
                 f"  Rename it in extra_to_save()."
@@ -118,12 +119,13 @@ class _Handlers:
             self.group = torch.distributed.new_group(backend="gloo")
         trainer._writes = self.writes
 
-    def build(self, prefix: str, kind: str, engine: str = "", **options) -> Checkpoint:
+    def build(
+        self, prefix: str, kind: str, engine: str = "", also_save=None, **options
+    ) -> Checkpoint:
         cfg = self.trainer.cfg
         saver = RunSaver(cfg.save_dir, self.last_write, self._record, self.writes, self.group)
-        handler = Checkpoint(
-            self.to_save, saver, n_saved=cfg.n_saved, filename_prefix=prefix, **options
-        )
+        to_save = {**self.to_save, **(also_save or {})}
+        handler = Checkpoint(to_save, saver, n_saved=cfg.n_saved, filename_prefix=prefix, **options)
         if self.sharded:
             handler.ext = "dcp"
         self._continue_rotation(handler, saver, kind, engine)
@@ -154,6 +156,7 @@ def attach_checkpoints(trainer) -> None:
     trainer._post_eval = {}
     trainer._latest = None
     trainer._latest_iter = None
+    trainer._epoch_metrics = None
     trainer._resumable = None
     cfg = trainer.cfg
     if "run" in cfg:
@@ -179,10 +182,15 @@ def attach_checkpoints(trainer) -> None:
         LATEST_PREFIX,
         global_step_transform=global_step_from_engine(trainer_engine),
     )
-    # Mid-epoch checkpoints (save_every_iters, preemption), named by the trainer iteration.
+    # Mid-epoch checkpoints (save_every_iters, preemption), named by the trainer iteration;
+    # they also hold the epoch's metrics so far.
+    trainer._epoch_metrics = EpochMetrics(
+        trainer_engine, lambda: trainer._metric_names.get(trainer.train_spec().key, {})
+    )
     trainer._latest_iter = handlers.build(
         LATEST_ITER_PREFIX,
         LATEST_ITER_PREFIX,
+        also_save={EPOCH_METRICS_KEY: trainer._epoch_metrics},
         global_step_transform=lambda _engine, _event: trainer_engine.state.iteration,
     )
 
@@ -320,6 +328,9 @@ def _resume_from(trainer, state, accepted=()) -> None:
             f"  A change of shape (the model, the optimizer's parameter groups) cannot be "
             f"resumed; start a new run from its weights with model_checkpoint_dir instead."
         ) from error
+    epoch_metrics = getattr(trainer, "_epoch_metrics", None)
+    if epoch_metrics is not None and EPOCH_METRICS_KEY in state:
+        restore({EPOCH_METRICS_KEY: epoch_metrics}, state)
     if fresh is not None:
         apply_accepted_changes(trainer, fresh, accepted)
     _keep_the_schedules_length(trainer, objects["run_meta"].restored_max_epochs, accepted)

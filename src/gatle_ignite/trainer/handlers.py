@@ -9,6 +9,7 @@ queued kernel, so a read per step would stop the host from queueing the next one
 import gc
 import math
 import numbers
+import signal
 import warnings
 
 import ignite.distributed as idist
@@ -17,7 +18,7 @@ from ignite.engine import Events
 from ignite.metrics import Average
 
 from gatle_ignite.trainer.preemption import REQUEST as PREEMPTION
-from gatle_ignite.trainer.preemption import Preempted, signal_name
+from gatle_ignite.trainer.preemption import Preempted, exit_code_for, signal_name
 
 __all__ = [
     "DEFAULT_CHECK_EVERY",
@@ -28,6 +29,7 @@ __all__ = [
     "clear_state",
     "empty_cuda_cache",
     "ends_epoch",
+    "gathered",
     "save_and_log_cadences",
 ]
 
@@ -49,6 +51,9 @@ def empty_cuda_cache(engine=None) -> None:
     gc.collect()
     torch.cuda.empty_cache()
 
+
+# A SIGINT's request kind in the ranks' agreement (see NonFiniteCheck._request_kind).
+_INTERRUPT = 2
 
 # check_every when the config leaves it unset and a read from the device is not free (a GPU, or
 # several ranks, where the check's all-reduce is the cost): see bench/README.md, "host reads".
@@ -166,14 +171,21 @@ class NonFiniteCheck:
         if self.world_size == 1:
             return
         never = torch.iinfo(torch.int64).max
-        requested = self.preemption is not None and self.preemption.received
-        mine = [self.first_bad if self.first_bad is not None else never, -int(requested)]
+        mine = [self.first_bad if self.first_bad is not None else never, -self._request_kind()]
         first_bad, request = idist.all_reduce(
             torch.tensor(mine, dtype=torch.int64, device=idist.device()), op="MIN"
         ).tolist()
         self.first_bad = None if first_bad == never else first_bad
         if self.preemption is not None:
             self.preemption.agreed = request < 0
+            self.preemption.agreed_interrupt = request == -_INTERRUPT
+
+    def _request_kind(self) -> int:
+        """0 no request, 1 a preemption, 2 a SIGINT: the minimum of the negatives wins, so one
+        rank's SIGINT makes every rank exit as interrupted."""
+        if self.preemption is None or not self.preemption.received:
+            return 0
+        return _INTERRUPT if self.preemption.signal == signal.SIGINT else 1
 
     def _stop(self, engine) -> None:
         self.stopped = True
@@ -223,6 +235,36 @@ class LossAverage(Average):
             self._pending = []
         return super().compute()
 
+    def state_dict(self) -> dict:
+        """Every rank's sum so far and its steps' losses as they are, not folded in: a resumed
+        epoch then sums the same numbers in the same order as a run that never stopped."""
+        pending = torch.stack(self._pending).cpu() if self._pending else torch.zeros(0)
+        mine = {
+            "accumulator": torch.as_tensor(self.accumulator).cpu(),
+            "num_examples": int(self.num_examples),
+            "pending": pending,
+        }
+        return {"ranks": gathered(mine)}
+
+    def load_state_dict(self, state_dict) -> None:
+        ranks = state_dict["ranks"]
+        if len(ranks) != idist.get_world_size():
+            raise ValueError(f"saved by {len(ranks)} rank(s), loaded by {idist.get_world_size()}")
+        mine = ranks[idist.get_rank()]
+        self.accumulator = mine["accumulator"].to(self.accumulator.device)
+        self.num_examples = int(mine["num_examples"])
+        # On the device the steps' losses come from, to be stacked with them.
+        self._pending = list(mine["pending"].to(idist.device()).unbind())
+
+
+def gathered(mine) -> list:
+    """``mine`` from every rank, in rank order (a list of one in a single process)."""
+    if idist.get_world_size() == 1:
+        return [mine]
+    ranks = [None] * idist.get_world_size()
+    torch.distributed.all_gather_object(ranks, mine)
+    return ranks
+
 
 class PreemptionStop:
     """Ends a training run at an iteration boundary once preemption is requested (and, under
@@ -247,6 +289,9 @@ class PreemptionStop:
             # Ranks agree at check points; between them this reads a flag, nothing more.
             engine.add_event_handler(Events.ITERATION_COMPLETED, self.at_iteration)
         engine.add_event_handler(Events.EPOCH_COMPLETED, self.at_epoch_end)
+        if PREEMPTION.received:
+            # Signalled while the run was being set up: it stops after its first iteration.
+            self.on_signal()
 
     def on_signal(self) -> None:
         """Called by the first signal in a single process: stop after the current iteration.
@@ -278,14 +323,23 @@ class PreemptionStop:
         if self.world_size > 1:
             # Rank 0 may still be writing; no rank leaves before the file is complete.
             idist.barrier()
-        message = (
-            f"PREEMPTED by {signal_name(PREEMPTION.signal)} after iteration "
-            f"{engine.state.iteration}: saved {saved or 'nothing (save_ckpt is False)'}.\n"
-            f"  Run the same command with --override resume=True to continue."
-        )
+        saved = saved or "nothing (save_ckpt is False)"
+        iteration = engine.state.iteration
+        if PREEMPTION.interrupted(self.world_size):
+            signum = signal.SIGINT
+            message = (
+                f"INTERRUPTED by SIGINT after iteration {iteration}: saved {saved}; run the same "
+                f"command with --override resume=True to continue."
+            )
+        else:
+            signum = PREEMPTION.signal
+            message = (
+                f"PREEMPTED by {signal_name(signum)} after iteration {iteration}: saved "
+                f"{saved}.\n  Run the same command with --override resume=True to continue."
+            )
         if idist.get_rank() == 0:
-            print(message)
-        raise Preempted(message)
+            print(message, flush=True)
+        raise Preempted(message, code=exit_code_for(signum))
 
 
 def ends_epoch(engine) -> bool:

@@ -1,17 +1,19 @@
 """How a training run ends, as its backends and its run directory record it.
 
 ``fit()`` runs inside :func:`recorded_run`: whatever ends the run (completion, an early stop,
-divergence, preemption, a crash), a checkpoint still being written is waited for, ``run.json``
-gets the run's state, every backend is finished (as failed after an exception), and the lock
-is released. The state is recorded before the backends finish, since finishing one can take
-seconds (a W&B or MLflow upload) and a process killed then must not leave its run "running".
+divergence, preemption, an interruption, a crash), a checkpoint still being written is waited
+for, ``run.json`` gets the run's state, every backend is finished (as failed after an
+exception), and the lock is released. The state is recorded before the backends finish, since
+finishing one can take seconds (a W&B or MLflow upload) and a process killed then must not leave
+its run "running".
 """
 
 import contextlib
 import warnings
 
 from gatle_ignite.trainer.first_failure import first_failure
-from gatle_ignite.trainer.preemption import Preempted
+from gatle_ignite.trainer.preemption import Interrupted, Preempted
+from gatle_ignite.utils.dist import rank_zero_print
 
 __all__ = ["outcome", "recorded_run", "settle_writes"]
 
@@ -48,6 +50,9 @@ def _interrupted(error) -> tuple:
     first_line = next(iter(str(error).splitlines()), "")
     if isinstance(error, Preempted):
         return "preempted", first_line
+    if isinstance(error, Interrupted):
+        # Resumable from the checkpoints written before; nothing marks where it stopped.
+        return "interrupted", first_line
     return "failed", f"{type(error).__name__}: {first_line}"
 
 
@@ -89,4 +94,6 @@ def _record_failure(trainer, error) -> None:
             f"`gatle-ignite status` calls it interrupted.",
             stacklevel=3,
         )
+    if isinstance(error, Interrupted):
+        rank_zero_print(error.message, flush=True)
     trainer.teardown(failed=True)

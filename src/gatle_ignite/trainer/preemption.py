@@ -1,10 +1,11 @@
-"""Preemption: SIGTERM or SIGUSR1 ends the run at an iteration boundary, resumable.
+"""Preemption: SIGTERM, SIGUSR1 or SIGINT ends the run at an iteration boundary, resumable.
 
 A signal only records a request. A single process stops at the end of the iteration it arrives
 in; under DDP every rank agrees on it at the next check point (within ``check_every``
 iterations: the flag rides on the all-reduce the non-finite check makes there). The framework
 writes a ``latest_iter`` checkpoint, closes the backends, and the run exits with
-``EXIT_PREEMPTED``.
+``EXIT_PREEMPTED``, or ``EXIT_INTERRUPTED`` for SIGINT (Ctrl-C). A second SIGINT to a single
+process stops it at once, without that checkpoint.
 """
 
 import contextlib
@@ -15,31 +16,64 @@ import signal
 import threading
 
 __all__ = [
+    "EXIT_INTERRUPTED",
     "EXIT_PREEMPTED",
     "PREEMPTION_SIGNALS",
+    "Interrupted",
     "Preempted",
+    "exit_code_for",
     "preemption_signals",
     "shield_workers",
     "signal_name",
+    "stop_at_once",
 ]
 
 # sysexits' EX_TEMPFAIL: a temporary failure; run it again (with resume=True) to continue.
 EXIT_PREEMPTED = 75
-PREEMPTION_SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
+# 128 + SIGINT: what a shell reports for a command stopped by Ctrl-C.
+EXIT_INTERRUPTED = 130
+PREEMPTION_SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT)
+
+
+def exit_code_for(signum) -> int:
+    return EXIT_INTERRUPTED if signum == signal.SIGINT else EXIT_PREEMPTED
 
 
 class Preempted(SystemExit):
-    """Raised out of fit() after a preemption checkpoint; exits the process with code 75.
+    """Raised out of fit() after a preemption checkpoint; exits the process with code 75 (130
+    after a SIGINT).
 
     A SystemExit, so a spawned rank ends with the exit code rather than a traceback.
     """
 
-    def __init__(self, message: str):
-        super().__init__(EXIT_PREEMPTED)
+    def __init__(self, message: str, code: int = EXIT_PREEMPTED):
+        super().__init__(code)
         self.message = message
 
     def __str__(self) -> str:
         return self.message
+
+
+class Interrupted(SystemExit):
+    """Raised by a second SIGINT to a single process: it stops at once, without a checkpoint of
+    where it was, and exits with code 130. The run stays resumable from its last checkpoint."""
+
+    def __init__(self, message: str):
+        super().__init__(EXIT_INTERRUPTED)
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
+
+
+def stop_at_once(signum) -> None:
+    """``on_repeat`` for a single process: a second SIGINT stops it now; a repeated
+    SIGTERM or SIGUSR1 (a scheduler signalling every process twice) changes nothing."""
+    if signum == signal.SIGINT:
+        raise Interrupted(
+            "stopped at once by a second SIGINT, without a checkpoint of this iteration.\n"
+            "  --override resume=True continues from the last checkpoint written before."
+        )
 
 
 def signal_name(signum) -> str:
@@ -53,10 +87,16 @@ class _Request:
     def __init__(self):
         self.signal = None
         self.agreed = False
+        # Under DDP: whether any rank's request was a SIGINT, so all exit with the same code.
+        self.agreed_interrupt = False
 
     @property
     def received(self) -> bool:
         return self.signal is not None
+
+    def interrupted(self, world_size: int) -> bool:
+        """Whether the run stops for a SIGINT: its own, or under DDP any rank's."""
+        return self.agreed_interrupt if world_size > 1 else self.signal == signal.SIGINT
 
 
 REQUEST = _Request()
@@ -96,6 +136,7 @@ def preemption_signals(forward_to=None, on_request=None, on_repeat=None):
             signal.signal(sig, handler)
         REQUEST.signal = None
         REQUEST.agreed = False
+        REQUEST.agreed_interrupt = False
 
 
 class _ShieldThen:

@@ -19,15 +19,18 @@ import torch
 from torch import nn
 
 from gatle_ignite.dispatch import ConfigError
+from gatle_ignite.utils.dist import rank_zero_print
 
 __all__ = [
     "STRATEGIES",
     "ModelState",
     "OptimizerState",
     "apply_activation_checkpointing",
+    "ddp_params",
     "distribute",
     "gradient_sync",
     "is_sharded",
+    "resolve_sync_bn",
     "shard_model",
     "strategy_of",
 ]
@@ -41,6 +44,56 @@ def strategy_of(cfg) -> str:
     if strategy not in STRATEGIES:
         raise ConfigError(f"strategy must be one of {STRATEGIES}, got {strategy!r}")
     return strategy
+
+
+def sync_bn_works(backend: str) -> bool:
+    """Whether SyncBatchNorm can train here: DDP accepts it only on CUDA, synchronised by nccl."""
+    return backend == "nccl" and torch.cuda.is_available()
+
+
+def resolve_sync_bn(cfg, backend: str) -> bool:
+    """Whether the DDP wrap converts BatchNorm to SyncBatchNorm.
+
+    ``auto_model_params.sync_bn`` unset (None, the default) converts where SyncBatchNorm works;
+    an explicit True where it cannot work is a config error, raised before any rank starts.
+    """
+    params = cfg.get("auto_model_params", None) or {}
+    wanted = params.get("sync_bn", False)
+    if wanted is not None and not isinstance(wanted, bool):
+        raise ConfigError(
+            f"auto_model_params.sync_bn must be True, False or None (convert where it works), "
+            f"got {wanted!r}"
+        )
+    works = sync_bn_works(backend)
+    if wanted and not works:
+        raise ConfigError(
+            f"auto_model_params.sync_bn=True, but SyncBatchNorm needs CUDA with the nccl "
+            f"backend and this run's backend is {backend}"
+            f"{'' if torch.cuda.is_available() else ' on CPU'}.\n"
+            f"  Leave sync_bn unset (None converts BatchNorm only where SyncBatchNorm works), or "
+            f"set it False."
+        )
+    return works if wanted is None else wanted
+
+
+def _has_batchnorm(model: nn.Module) -> bool:
+    # The base class torch's own SyncBatchNorm conversion looks for.
+    return any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in model.modules())
+
+
+def ddp_params(cfg, model: nn.Module) -> dict:
+    """``auto_model_params`` for ``idist.auto_model``, with ``sync_bn`` resolved for this world;
+    a BatchNorm model left on plain BatchNorm by the default is told so in one line."""
+    params = dict(cfg.get("auto_model_params", None) or {})
+    unset = "sync_bn" in params and params["sync_bn"] is None
+    backend = idist.backend()
+    params["sync_bn"] = resolve_sync_bn(cfg, backend)
+    if unset and not params["sync_bn"] and _has_batchnorm(model):
+        rank_zero_print(
+            f"sync_bn: the {backend} backend cannot synchronise BatchNorm (SyncBatchNorm needs "
+            f"CUDA with nccl), so each rank's BatchNorm layers keep their own statistics."
+        )
+    return params
 
 
 def _fsdp():
