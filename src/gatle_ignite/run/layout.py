@@ -18,6 +18,7 @@ __all__ = [
     "LOCK_FILE",
     "MANIFEST_FILE",
     "OWNED_LOGS",
+    "PROFILE_DIR",
     "Entry",
     "best_prefix_for",
     "checkpoint_files",
@@ -41,8 +42,10 @@ CHECKPOINT_EXTENSIONS = (".pt", ".dcp")
 MANIFEST_FILE = "run.json"
 LOCK_FILE = "run.lock"
 CONFIG_FILE = "config.json"
+# The profiler's traces (the `profile` field).
+PROFILE_DIR = "profile"
 # What the framework's own sinks write into save_dir; replaced with the run they belong to.
-OWNED_LOGS = ("metrics.csv", "tensorboard")
+OWNED_LOGS = ("metrics.csv", "tensorboard", PROFILE_DIR)
 
 # Everything written under a temporary name first carries this marker, so a start can tell an
 # interrupted write from a user's file.

@@ -26,6 +26,19 @@ def settle_writes(trainer, quietly: bool = False) -> None:
         warnings.warn(f"the last checkpoint write failed: {error!r}", stacklevel=2)
 
 
+def _stop_telemetry(trainer, quietly: bool = False) -> None:
+    """Stop a profiler still recording (its trace is written)."""
+    telemetry = getattr(trainer, "_telemetry", None)
+    if telemetry is None:
+        return
+    try:
+        telemetry.close()
+    except Exception as error:
+        if not quietly:
+            raise
+        warnings.warn(f"the profiler did not stop cleanly: {error!r}", stacklevel=2)
+
+
 def outcome(trainer) -> tuple:
     """``(state, reason)`` of a run whose engine returned."""
     state = trainer.engines["trainer"].state
@@ -58,6 +71,7 @@ def recorded_run(trainer):
         # Mark the run failed (a crash in setup too, once backends exist), or the loggers
         # record it as a clean finish.
         try:
+            _stop_telemetry(trainer, quietly=True)
             settle_writes(trainer, quietly=True)
             trainer.teardown(failed=True)
         finally:
@@ -68,6 +82,7 @@ def recorded_run(trainer):
             trainer.run_dir.close(state, reason, trainer=engine)
         raise
     try:
+        _stop_telemetry(trainer)
         settle_writes(trainer)
         trainer.teardown()
     finally:
