@@ -10,7 +10,13 @@ from typing import Optional
 
 import torch
 
-__all__ = ["peak_memory_mb", "peak_tflops", "precision_of", "reset_peak_memory"]
+__all__ = [
+    "peak_memory_mb",
+    "peak_tflops",
+    "peak_tflops_of",
+    "precision_of",
+    "reset_peak_memory",
+]
 
 _MIB = 2**20
 
@@ -49,7 +55,11 @@ def peak_tflops(device: torch.device, precision: str) -> Optional[float]:
     """The device's dense peak TFLOP/s at ``precision``; None off a GPU, or for one not known."""
     if torch.device(device).type != "cuda":
         return None
-    name = torch.cuda.get_device_name(device)
+    return peak_tflops_of(torch.cuda.get_device_name(device), precision)
+
+
+def peak_tflops_of(name: str, precision: str) -> Optional[float]:
+    """The dense peak TFLOP/s of the GPU ``torch.cuda.get_device_name`` calls ``name``."""
     for pattern, peaks in _PEAKS:
         if re.search(pattern, name, flags=re.IGNORECASE):
             return peaks.get(precision)

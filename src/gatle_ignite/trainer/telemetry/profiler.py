@@ -31,6 +31,8 @@ def profile_schedule(value) -> Optional[dict]:
         return None
     if value is True:
         return dict(DEFAULT_SCHEDULE)
+    # A mapping, or the ConfigDict that ml_collections makes of one.
+    value = dict(value.items()) if hasattr(value, "items") else value
     unknown = sorted(set(value) - set(DEFAULT_SCHEDULE)) if isinstance(value, Mapping) else None
     if unknown is None or unknown:
         raise ConfigError(
