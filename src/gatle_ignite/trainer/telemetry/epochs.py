@@ -175,7 +175,7 @@ class Telemetry:
                     f"FLOPs not counted, so no perf/achieved_tflops or perf/mfu: the counting "
                     f"step failed with {type(error).__name__}: {error}\n"
                     f"  Training is unaffected. Set count_flops = False to skip the count.",
-                    stacklevel=2,
+                    stacklevel=1,
                 )
             reset_peak_memory(self.trainer.device)
 
