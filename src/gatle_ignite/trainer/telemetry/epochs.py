@@ -15,7 +15,7 @@ iteration as its step like every other metric:
 - ``perf/eval_time_s``, ``perf/checkpoint_stall_s``: time in evaluations, and time the loop
   stood still for checkpoint writes (with ``async_save`` only the copy to host memory);
 - ``perf/peak_memory_mb``, ``perf/samples_per_s``, ``perf/tokens_per_s``;
-- ``perf/flops_per_step`` (once), ``perf/achieved_tflops`` and ``perf/mfu``.
+- ``perf/flops_per_step`` (with the first epoch), ``perf/achieved_tflops`` and ``perf/mfu``.
 
 Under DDP the data-wait share and peak memory are the largest over the ranks (one all-reduce
 per epoch); the times are rank 0's.
@@ -90,7 +90,6 @@ class Telemetry:
         self.overhead = Stopwatch()
         self.flops = None
         self._count_flops = bool(cfg.get("count_flops", True))
-        self._flops_logged = False
         self._peak = peak_tflops(
             trainer.device, precision_of(trainer.dtype, trainer.autocast_enabled)
         )
@@ -196,7 +195,7 @@ class Telemetry:
         }
         if memory is not None:
             record["perf/peak_memory_mb"] = memory
-        record.update(self._throughput(iterations, train))
+        record.update(self._throughput(iterations, train, first=engine.state.epoch == 1))
         self.records.append(record)
         logger = self.trainer.logger
         if logger is not None:
@@ -210,7 +209,7 @@ class Telemetry:
         values = idist.all_reduce(values.to(idist.device()), op="MAX").tolist()
         return values[0], (None if values[1] < 0 else values[1])
 
-    def _throughput(self, iterations: int, seconds: float) -> dict:
+    def _throughput(self, iterations: int, seconds: float, first: bool) -> dict:
         figures = {}
         if self.batch:
             samples_per_s = iterations * self.batch / seconds
@@ -218,9 +217,9 @@ class Telemetry:
             if self.tokens_per_sample:
                 figures["perf/tokens_per_s"] = samples_per_s * self.tokens_per_sample
         if self.flops:
-            if not self._flops_logged:
+            # Once, with the first epoch: a resumed run keeps the row its start logged.
+            if first:
                 figures["perf/flops_per_step"] = self.flops
-                self._flops_logged = True
             achieved = self.flops * iterations / seconds / 1e12
             figures["perf/achieved_tflops"] = achieved
             if self._peak:
