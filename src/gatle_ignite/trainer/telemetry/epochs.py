@@ -97,7 +97,6 @@ class Telemetry:
         self.profiler = (
             StepProfiler(schedule, cfg.save_dir, self.overhead) if schedule is not None else None
         )
-        self.records = []
         self._epoch = None
         self._fetching = 0.0
         self._data_wait = 0.0
@@ -196,7 +195,6 @@ class Telemetry:
         if memory is not None:
             record["perf/peak_memory_mb"] = memory
         record.update(self._throughput(iterations, train, first=engine.state.epoch == 1))
-        self.records.append(record)
         logger = self.trainer.logger
         if logger is not None:
             logger.log(record, step=engine.state.iteration, epoch=engine.state.epoch)
