@@ -28,7 +28,7 @@ from bench.tasks.trainer import Trainer as BenchTrainer
 WARMUP = 2
 # piece -> the qualname of the ITERATION_COMPLETED handler it removes
 HANDLERS = {
-    "progress": "progress_printer.<locals>.report",
+    "progress": "ProgressLines.report",
     "check": "NonFiniteCheck.record",
     "loss_averages": "LossAverage.iteration_completed",
 }
