@@ -134,7 +134,8 @@ class Trainer(ToyTrainer):
         reduce_scatter = torch.distributed.reduce_scatter_single
 
         def counting(*args, **kwargs):
-            self.probe["reduce_scatter_calls"] += 1
+            if not is_in_torch_dispatch_mode():
+                self.probe["reduce_scatter_calls"] += 1
             return reduce_scatter(*args, **kwargs)
 
         self.probe["reduce_scatter_calls"] = 0
