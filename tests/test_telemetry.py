@@ -251,6 +251,16 @@ def test_train_profile_flag_profiles_with_the_default_schedule(tmp_path, capsys)
     assert "profile=True" not in capsys.readouterr().out.split("  resume")[-1]
 
 
+def test_a_schedule_in_a_config_dict_is_accepted():
+    """A config copied to spawned ranks holds the schedule as a ConfigDict, which is no
+    Mapping."""
+    from ml_collections import ConfigDict
+
+    from gatle_ignite.trainer.telemetry.profiler import profile_schedule
+
+    assert profile_schedule(ConfigDict(SHORT_PROFILE)) == SHORT_PROFILE
+
+
 def test_a_run_shorter_than_the_schedule_says_there_is_no_trace(make_cfg, tmp_path, capsys):
     Trainer(0, make_cfg(max_epochs=1, profile={"wait": 4, "warmup": 1, "active": 1})).fit()
     assert "PROFILE: no trace" in capsys.readouterr().out
