@@ -10,8 +10,10 @@ time per iteration (after two warm-up epochs), the median over ``--reps`` fresh 
 Pieces: ``progress`` (the TRAIN printer), ``check`` (the non-finite check's per-iteration
 part: a read per step at check_every=1), ``loss_averages`` (their per-iteration part),
 ``criterion`` (the composite loss, replaced by one ``F.cross_entropy``), ``step`` (train_step,
-prep_batch and the model's dict wrapper, replaced by the bare loop's statements); join pieces
-with commas to remove them together. It edits ignite's private ``Engine._event_handlers``.
+prep_batch and the model's dict wrapper, replaced by the bare loop's statements), ``telemetry``
+(the clock reads around each batch fetch, on ``GET_BATCH_STARTED`` / ``GET_BATCH_COMPLETED``);
+join pieces with commas to remove them together. It edits ignite's private
+``Engine._event_handlers``.
 """
 
 import contextlib
@@ -26,11 +28,18 @@ from bench.tasks.trainer import Trainer as BenchTrainer
 WARMUP = 2
 # piece -> the qualname of the ITERATION_COMPLETED handler it removes
 HANDLERS = {
-    "progress": "progress_printer.<locals>.report",
+    "progress": "ProgressLines.report",
     "check": "NonFiniteCheck.record",
     "loss_averages": "LossAverage.iteration_completed",
 }
-PIECES = (*HANDLERS, "criterion", "step")
+# piece -> {event name: the qualname of the handler it removes there}, for other events
+FETCH_HANDLERS = {
+    "telemetry": {
+        "GET_BATCH_STARTED": "Telemetry._fetch_started",
+        "GET_BATCH_COMPLETED": "Telemetry._fetch_completed",
+    },
+}
+PIECES = (*HANDLERS, "criterion", "step", *FETCH_HANDLERS)
 DEFAULT = (*PIECES, "progress,check,loss_averages", "progress,check,loss_averages,step")
 
 
@@ -55,12 +64,20 @@ class AlternatingTrainer(BenchTrainer):
         removed = {HANDLERS[p] for p in self.pieces if p in HANDLERS}
         reduced = [h for h in full if _qualname(h) not in removed]
         averages = [h[0].__self__ for h in full if _qualname(h) == HANDLERS["loss_averages"]]
+        # (the event's live handler list, all of them, those kept in a reduced epoch)
+        fetches = []
+        for name in ("GET_BATCH_STARTED", "GET_BATCH_COMPLETED"):
+            live = trainer._event_handlers[getattr(Events, name)]
+            gone = {FETCH_HANDLERS[p][name] for p in self.pieces if p in FETCH_HANDLERS}
+            fetches.append((live, list(live), [h for h in live if _qualname(h) not in gone]))
         self.per_iteration = {True: [], False: []}
         started = {}
 
         def start(engine):
             complete = engine.state.epoch % 2 == 1
             handlers[:] = full if complete else reduced
+            for live, every, kept in fetches:
+                live[:] = every if complete else kept
             self.bare = () if complete else self.pieces
             started["cpu"] = time.process_time()
 

@@ -3,14 +3,17 @@
     python scripts/verify_gpu.py            # from the repository root
 
 Checks: bf16 AMP (no GradScaler), fp16 AMP (a GradScaler), nccl training on this node,
-cfg.compile=True training with a checkpoint round trip into an eager model, and FSDP over nccl in
-bf16 with a sharded checkpoint that consolidates. Each check trains an example briefly (synthetic;
-sharded_lm for FSDP) in a temporary directory. A check the machine cannot run (FSDP on one GPU)
-is skipped with its reason. Exits 0 only when no check failed.
+cfg.compile=True training with a checkpoint round trip into an eager model, FSDP over nccl in
+bf16 with a sharded checkpoint that consolidates, and telemetry (peak memory read from CUDA, the
+FLOP count, MFU on a GPU in the peak table, a profiler trace with CUDA kernels). Each check
+trains an example briefly (synthetic; sharded_lm for FSDP) in a temporary directory. A check the
+machine cannot run (FSDP on one GPU) is skipped with its reason. Exits 0 only when no check
+failed.
 """
 
 import copy
 import csv
+import json
 import math
 import sys
 import tempfile
@@ -25,6 +28,7 @@ sys.path.insert(0, str(ROOT))
 from gatle_ignite.cli.consolidate import consolidate  # noqa: E402
 from gatle_ignite.cli.launch import launch  # noqa: E402
 from gatle_ignite.config.loader import load_config_from_file  # noqa: E402
+from gatle_ignite.trainer.telemetry.devices import peak_tflops  # noqa: E402
 from gatle_ignite.utils.checkpoints import find_latest_checkpoint  # noqa: E402
 
 CONFIG = ROOT / "examples" / "synthetic" / "configs" / "synthetic_v0.py"
@@ -153,12 +157,53 @@ def check_fsdp_bf16(tmp):
     return f"2 ranks, {detail}"
 
 
+def perf_rows(save_dir):
+    """``{epoch: {name: value}}`` of the perf/ rows in the run's metrics.csv."""
+    rows = {}
+    with open(Path(save_dir) / "metrics.csv", newline="") as handle:
+        for row in csv.DictReader(handle):
+            if row["name"].startswith("perf/"):
+                rows.setdefault(int(row["epoch"]), {})[row["name"]] = float(row["value"])
+    return rows
+
+
+# The synthetic MLP (64 -> 128 -> 10) on a batch of 64: forward, then backward without the
+# input's gradient. A multiply-add is 2 FLOPs.
+SYNTHETIC_FLOPS = 2 * 64 * (64 * 128 + 128 * 10) + 2 * 64 * (2 * 128 * 10 + 64 * 128)
+
+
+def check_telemetry(tmp):
+    profile = {"wait": 2, "warmup": 1, "active": 2}
+    task = _trainer_cls()(0, _config(tmp, amp_dtype="bf16", profile=profile))
+    task.fit()
+    rows = perf_rows(tmp)
+    assert sorted(rows) == [1, 2], f"perf/ records for epochs {sorted(rows)}"
+    peak = rows[2]["perf/peak_memory_mb"]
+    # The process's resident memory is over a GiB once CUDA is up; the MLP's tensors are MBs.
+    assert 0 < peak < 256, f"perf/peak_memory_mb {peak}: not CUDA's allocator peak"
+    flops = rows[1]["perf/flops_per_step"]
+    assert flops == SYNTHETIC_FLOPS, f"perf/flops_per_step {flops}, expected {SYNTHETIC_FLOPS}"
+    name, known = torch.cuda.get_device_name(0), peak_tflops(task.device, "bf16")
+    if known is None:
+        mfu = f"no MFU: {name!r} is not in the peak table"
+    else:
+        value = rows[2].get("perf/mfu")
+        assert value is not None and 0 < value < 1, f"perf/mfu {value} on {name}"
+        mfu = f"MFU {value:.2e} of {known} TFLOP/s bf16 ({name})"
+    [trace] = (tmp / "profile").glob("*.pt.trace.json")
+    events = json.loads(trace.read_text())["traceEvents"]
+    kernels = sum(1 for event in events if event.get("cat") == "kernel")
+    assert kernels > 0, f"{trace.name} holds no CUDA kernel"
+    return f"peak {peak:.1f} MB from CUDA, {flops:,} FLOPs a step, {mfu}, {kernels} kernels traced"
+
+
 CHECKS = {
     "bf16 AMP": check_bf16,
     "fp16 AMP + GradScaler": check_fp16,
     "nccl training": check_nccl,
     "compile + checkpoint round trip": check_compile,
     "nccl + FSDP + bf16, sharded checkpoint": check_fsdp_bf16,
+    "telemetry: peak memory, FLOPs, MFU, profiler trace": check_telemetry,
 }
 
 

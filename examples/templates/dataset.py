@@ -40,7 +40,11 @@ class MyDataset(Dataset):
 
 
 def get_ds(ds_params, transform=None):
-    """Build one split; ``bs``, ``shuffle``, ``sampler_params`` ... are read by build_dataloader."""
+    """Build one split; ``bs``, ``shuffle``, ``sampler_params`` ... are read by build_dataloader.
+
+    ``info`` reaches the split's metrics. A token model adds ``"tokens_per_sample"`` (the tokens
+    a sample is padded to) to the training split's, and the run logs ``perf/tokens_per_s``.
+    """
     num_classes = ds_params.get("num_classes", 10)
     ds = MyDataset(
         root=ds_params.get("root", "data"),

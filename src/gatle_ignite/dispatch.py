@@ -47,7 +47,8 @@ CONTRACTS = (
     (
         "train_ds_name / valid_ds_name / test_ds_name + *_ds_params",
         "get_ds",
-        "get_ds(ds_params, transform) returns (dataloader, info); info['length'] is required.",
+        "get_ds(ds_params, transform) returns (dataloader, info); info['length'] is required, "
+        "and the training split's optional info['tokens_per_sample'] gives perf/tokens_per_s.",
         ("train_ds_name", "valid_ds_name", "test_ds_name"),
     ),
     (

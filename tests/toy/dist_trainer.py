@@ -9,7 +9,8 @@ at interpreter exit, however its run ended, as gloo sometimes does), ``fault_sta
 ``fault_stall_at`` (one rank sleeps for good in that iteration, its peers waiting in the
 gradient all-reduce); ``ballast_mb`` adds that much extra state to every checkpoint, so that
 writing one takes long enough to be interrupted, and ``iter_sleep_s`` slows every iteration
-down, so that a signal sent after a few progress lines lands mid-run.
+down, so that a signal sent after a few progress lines lands mid-run. The FLOP count's extra
+step (under a dispatch mode) is neither probed nor faulted: it is not a step of the run.
 """
 
 import atexit
@@ -23,6 +24,7 @@ import ignite.distributed as idist
 import torch
 from ignite.engine import Events
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+from torch.utils._python_dispatch import is_in_torch_dispatch_mode
 
 from gatle_ignite.trainer.strategy import is_sharded
 from tests.toy.trainer import Trainer as ToyTrainer
@@ -83,12 +85,15 @@ class Trainer(ToyTrainer):
         self.model.register_comm_hook(None, counting_hook)
 
     def prep_batch(self, batch, split="train", **kwargs):
-        key = "train_batches" if split == "train" else "eval_batches"
-        self.probe[key].append(len(batch[0]))
+        if not is_in_torch_dispatch_mode():
+            key = "train_batches" if split == "train" else "eval_batches"
+            self.probe[key].append(len(batch[0]))
         return super().prep_batch(batch, split=split)
 
     def loss_fn(self, y_pred, target, **kwargs):
         loss, parts = super().loss_fn(y_pred, target, **kwargs)
+        if is_in_torch_dispatch_mode():
+            return loss, parts
         iteration, rank, cfg = kwargs["iteration"], idist.get_rank(), self.cfg
         if rank == cfg.get("fault_crash_rank", -1) and iteration == cfg.get("fault_crash_at"):
             raise RuntimeError(f"injected crash on rank {rank} at iteration {iteration}")
@@ -129,7 +134,8 @@ class Trainer(ToyTrainer):
         reduce_scatter = torch.distributed.reduce_scatter_single
 
         def counting(*args, **kwargs):
-            self.probe["reduce_scatter_calls"] += 1
+            if not is_in_torch_dispatch_mode():
+                self.probe["reduce_scatter_calls"] += 1
             return reduce_scatter(*args, **kwargs)
 
         self.probe["reduce_scatter_calls"] = 0

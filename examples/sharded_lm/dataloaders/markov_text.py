@@ -18,6 +18,14 @@ def split_tokens(ds_params) -> torch.Tensor:
 
 
 def get_ds(ds_params, transform=None):
-    """Build one split; ``transform`` is not used by this task."""
+    """Build one split; ``transform`` is not used by this task.
+
+    ``tokens_per_sample`` (the tokens a sample trains on) gives the run's perf/tokens_per_s.
+    """
     ds = TensorDataset(split_tokens(ds_params))
-    return build_dataloader(ds, ds_params), {"length": len(ds), "vocab": ds_params.get("vocab", 32)}
+    info = {
+        "length": len(ds),
+        "vocab": ds_params.get("vocab", 32),
+        "tokens_per_sample": ds_params.get("seq_len", 64),
+    }
+    return build_dataloader(ds, ds_params), info

@@ -183,6 +183,10 @@ class LoggingCallback:
                 continue
             sink.log(metrics, step=step, epoch=epoch)
 
+    def log(self, metrics, step=None, epoch=None) -> None:
+        """Send one record of ``{name: scalar}`` to every sink (the epochs' ``perf/`` records)."""
+        self._log(metrics, step=step, epoch=epoch)
+
     def rewind(self, step) -> None:
         for sink in self.sinks:
             sink.rewind(step)

@@ -125,6 +125,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     train = commands.add_parser("train", help="train one config, or several in parallel")
     _add_config_args(train, "config file, or comma-separated files to run in parallel")
+    train.add_argument(
+        "--profile",
+        action="store_true",
+        help="profile a few training steps (profile=True): a trace in <save_dir>/profile/",
+    )
 
     evaluate = commands.add_parser("eval", help="load a checkpoint and evaluate it")
     _add_config_args(evaluate, "one config file")
@@ -228,6 +233,8 @@ def _evaluate(args: argparse.Namespace, paths: list[str]) -> int:
 def _train(args: argparse.Namespace, paths: list[str]) -> int:
     from gatle_ignite.launch import launcher
 
+    if args.profile:
+        args.override.append("profile=True")
     if len(paths) > 1:
         # Each child loads and validates its own config; the parent only fans out.
         return launcher.launch_many(paths, [f"--override={item}" for item in args.override])

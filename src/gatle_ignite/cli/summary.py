@@ -5,8 +5,10 @@ in ranks it spawned.
 """
 
 import os
+import time
 from pathlib import Path
 
+from gatle_ignite.cli.time_breakdown import time_breakdown_rows
 from gatle_ignite.redaction import shown_command
 from gatle_ignite.run.layout import OWNED_LOGS
 from gatle_ignite.run.manifest import Manifest
@@ -14,7 +16,7 @@ from gatle_ignite.run.manifest import Manifest
 __all__ = ["print_run_summary"]
 
 # Overrides that steer one start and would mislead in a suggested command.
-_ONE_OFF = ("resume", "replace_run", "accept_changes")
+_ONE_OFF = ("resume", "replace_run", "accept_changes", "profile")
 
 
 def _first_process() -> bool:
@@ -65,6 +67,9 @@ def print_run_summary(cfg, config: str, overrides, seconds: float) -> None:
         f"{manifest.trained_epoch}/{manifest.max_epochs} (iteration "
         f"{manifest.trained_iteration}), {seconds:.1f} s in this command",
     ]
+    # Where that time went, from the perf/ rows this command logged.
+    spent = time_breakdown_rows(cfg, save_dir, time.time() - seconds, seconds)
+    lines += [f"  {label:<9}{value}" for label, value in spent]
     rows = (
         ("best", _best_line(manifest, cfg, save_dir)),
         ("latest", _latest(manifest, save_dir)),

@@ -103,6 +103,11 @@ def base_config() -> config_dict.ConfigDict:
     cfg.model_checkpoint_dir = ""
     cfg.strict = True
 
+    # Count one training step's FLOPs at the start, for perf/achieved_tflops and perf/mfu.
+    cfg.count_flops = True
+    # torch.profiler over a few steps: True, or {"wait": 5, "warmup": 2, "active": 3}.
+    cfg.profile = config_dict.FieldReference(False, field_type=object)
+
     cfg.logger_name = ["text"]
     # 0: results and warnings only; 1: progress lines too; 2: ignite's own INFO lines as well.
     cfg.verbosity = 1

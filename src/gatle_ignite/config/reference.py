@@ -206,8 +206,8 @@ FIELD_DOCS: dict[str, str] = {
     "replace_run": (
         "A fresh run (`resume=False`) into a `save_dir` that holds another run's checkpoints is "
         "refused unless this is True; then that run's checkpoints, `run.json`, `config.json`, "
-        "`metrics.csv` and `tensorboard/` are deleted first. Files the framework did not write "
-        "stay."
+        "`metrics.csv`, `tensorboard/` and `profile/` are deleted first. Files the framework "
+        "did not write stay."
     ),
     "accept_changes": (
         "Dotted field names (`optimizer_params.lr`, or a whole `model_params`) whose change from "
@@ -240,6 +240,20 @@ FIELD_DOCS: dict[str, str] = {
     "load_from_ckpt": (
         "Which checkpoint inference mode loads: `best` (the highest `valid_best_result*`, "
         "the default) or `latest`; `--ckpt` sets it."
+    ),
+    # ---- telemetry and profiling ----
+    "count_flops": (
+        "Count one training step's FLOPs (forward and backward, this rank's share of the batch) "
+        "once, on the run's first batch, with `torch.utils.flop_counter`, for "
+        "`perf/achieved_tflops` and, on a GPU whose peak is known, `perf/mfu`. The counting "
+        "step changes no weight, gradient, buffer or random stream; a model it cannot count "
+        "only loses those figures (one warning)."
+    ),
+    "profile": (
+        "`torch.profiler` over a few training steps: False (off), True (wait 5 steps, warm up "
+        "2, record 3) or a mapping of `wait` / `warmup` / `active` step counts. Each rank writes "
+        "a Chrome trace to `<save_dir>/profile/` (Perfetto, TensorBoard's profiler plugin) and "
+        "rank 0 prints the top operators by self time. `train --profile` sets True."
     ),
     # ---- logging ----
     "logger_name": (
@@ -375,6 +389,7 @@ FIELD_GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "load_from_ckpt",
         ),
     ),
+    ("Telemetry and profiling", ("count_flops", "profile")),
     (
         "Logging",
         (

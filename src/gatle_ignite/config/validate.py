@@ -13,6 +13,7 @@ from gatle_ignite.config.values import check_values
 from gatle_ignite.dispatch import ConfigError
 from gatle_ignite.enhancements.compile import check_compile_value
 from gatle_ignite.specs import EVAL_SPECS, EngineSpec
+from gatle_ignite.trainer.telemetry.profiler import profile_schedule
 
 __all__ = ["check_dispatch", "validate_config"]
 
@@ -94,6 +95,7 @@ def validate_config(
     _check_required(cfg)
     _check_n_saved(cfg)
     check_compile_value(cfg)
+    profile_schedule(cfg.get("profile", False))
     check_values(cfg)
     for spec in specs:
         _warn_about_scoring(cfg, spec)

@@ -63,6 +63,7 @@ _RULES = (
             "watch_grad",
             "cudnn_benchmark",
             "async_save",
+            "count_flops",
         ),
         lambda v: isinstance(v, bool),
         "True or False",

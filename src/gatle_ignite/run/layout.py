@@ -19,6 +19,7 @@ __all__ = [
     "MANIFEST_FILE",
     "METRICS_FILE",
     "OWNED_LOGS",
+    "PROFILE_DIR",
     "Entry",
     "best_prefix_for",
     "checkpoint_files",
@@ -43,8 +44,10 @@ MANIFEST_FILE = "run.json"
 LOCK_FILE = "run.lock"
 CONFIG_FILE = "config.json"
 METRICS_FILE = "metrics.csv"
+# The profiler's traces (the `profile` field).
+PROFILE_DIR = "profile"
 # What the framework's own sinks write into save_dir; replaced with the run they belong to.
-OWNED_LOGS = (METRICS_FILE, "tensorboard")
+OWNED_LOGS = (METRICS_FILE, "tensorboard", PROFILE_DIR)
 
 # Everything written under a temporary name first carries this marker, so a start can tell an
 # interrupted write from a user's file.

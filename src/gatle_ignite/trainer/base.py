@@ -48,6 +48,7 @@ from gatle_ignite.trainer.preemption import REQUEST as PREEMPTION
 from gatle_ignite.trainer.preemption import preemption_signals, shield_workers, stop_at_once
 from gatle_ignite.trainer.progress import attach_progress_output
 from gatle_ignite.trainer.strategy import ddp_params, distribute, gradient_sync, strategy_of
+from gatle_ignite.trainer.telemetry.epochs import Telemetry
 from gatle_ignite.utils.amp import autocast_device_type, resolve_amp_dtype
 from gatle_ignite.utils.dist import quiet_ignite_loggers, rank_zero_print
 from gatle_ignite.utils.seed import setup_seed
@@ -113,6 +114,10 @@ class BaseTrainer:
         self._preemption = None
         # The queue of background checkpoint writes (async_save), or None.
         self._writes = None
+        # Where the run's time goes (the perf/ records): fit() attaches it; the checkpoint
+        # handlers time their calls into the stopwatch.
+        self._telemetry = None
+        self._checkpoint_time = None
         self._built = False
 
     # ---- Hooks: what a task writes ----
@@ -414,10 +419,15 @@ class BaseTrainer:
         if self.cfg.resume:
             # What was logged after the checkpoint is trained again: no history holds it twice.
             self._tell_logger("rewind", self.engines["trainer"].state.iteration)
+        self._telemetry = Telemetry(self)
+        # First at an epoch's end, so its training time stops before anything else runs.
+        self._telemetry.attach_clocks(self.engines)
         self.attach_runner()
         trainer = self.engines["trainer"]
         # After the eval runners, so "latest" holds what that epoch's evaluation changed.
         attach_checkpoint_writes(self)
+        # After the checkpoint writes, so an epoch's perf/ record includes its checkpoint.
+        self._telemetry.attach_record(trainer)
         # Last: a request stops the run after the iteration's or the epoch's checkpoints.
         self._preemption = PreemptionStop(
             idist.get_world_size(),

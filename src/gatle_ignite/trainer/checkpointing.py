@@ -28,6 +28,7 @@ from gatle_ignite.trainer.accepted_changes import (
 from gatle_ignite.trainer.epoch_metrics import EPOCH_METRICS_KEY, EpochMetrics
 from gatle_ignite.trainer.handlers import clear_state, ends_epoch
 from gatle_ignite.trainer.strategy import ModelState, OptimizerState, is_sharded, strategy_of
+from gatle_ignite.trainer.telemetry.stopwatch import Stopwatch
 from gatle_ignite.utils.batch import get_value
 from gatle_ignite.utils.dist import rank_zero_print
 
@@ -101,6 +102,18 @@ def score_function(score_name, score_factor=1):
     return score
 
 
+class _TimedCheckpoint(Checkpoint):
+    """ignite's Checkpoint, timing each call: the loop's stall for a checkpoint write."""
+
+    def __init__(self, *args, stopwatch: Stopwatch, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.stopwatch = stopwatch
+
+    def __call__(self, engine) -> None:
+        with self.stopwatch:
+            super().__call__(engine)
+
+
 class _Handlers:
     """Builds the run's Checkpoint handlers, each continuing its kind's rotation on resume."""
 
@@ -125,7 +138,14 @@ class _Handlers:
         cfg = self.trainer.cfg
         saver = RunSaver(cfg.save_dir, self.last_write, self._record, self.writes, self.group)
         to_save = {**self.to_save, **(also_save or {})}
-        handler = Checkpoint(to_save, saver, n_saved=cfg.n_saved, filename_prefix=prefix, **options)
+        handler = _TimedCheckpoint(
+            to_save,
+            saver,
+            n_saved=cfg.n_saved,
+            filename_prefix=prefix,
+            stopwatch=self.trainer._checkpoint_time,
+            **options,
+        )
         if self.sharded:
             handler.ext = "dcp"
         self._continue_rotation(handler, saver, kind, engine)
@@ -158,6 +178,8 @@ def attach_checkpoints(trainer) -> None:
     trainer._latest_iter = None
     trainer._epoch_metrics = None
     trainer._resumable = None
+    # The time the loop stands still in checkpoint handlers, for the epochs' perf/ records.
+    trainer._checkpoint_time = Stopwatch()
     cfg = trainer.cfg
     if "run" in cfg:
         return

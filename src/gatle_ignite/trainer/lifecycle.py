@@ -30,6 +30,19 @@ def settle_writes(trainer, quietly: bool = False) -> None:
         warnings.warn(f"the last checkpoint write failed: {error!r}", stacklevel=2)
 
 
+def _stop_telemetry(trainer, quietly: bool = False) -> None:
+    """Stop a profiler still recording (its trace is written)."""
+    telemetry = getattr(trainer, "_telemetry", None)
+    if telemetry is None:
+        return
+    try:
+        telemetry.close()
+    except Exception as error:
+        if not quietly:
+            raise
+        warnings.warn(f"the profiler did not stop cleanly: {error!r}", stacklevel=2)
+
+
 def outcome(trainer) -> tuple:
     """``(state, reason)`` of a run whose engine returned."""
     state = trainer.engines["trainer"].state
@@ -62,6 +75,7 @@ def recorded_run(trainer):
     try:
         try:
             yield
+            _stop_telemetry(trainer)
             settle_writes(trainer)
         except BaseException as error:
             _record_failure(trainer, error)
@@ -77,6 +91,7 @@ def recorded_run(trainer):
 def _record_failure(trainer, error) -> None:
     """Record how a run that raised ended, then finish its backends as failed (or the loggers
     record it as a clean finish)."""
+    _stop_telemetry(trainer, quietly=True)
     settle_writes(trainer, quietly=True)
     state, reason = _interrupted(error)
     if state == "failed":

@@ -5,6 +5,7 @@ from urllib.parse import urlsplit
 
 from gatle_ignite.callbacks.logging import Backend as BaseBackend
 from gatle_ignite.callbacks.logging import import_extra
+from gatle_ignite.callbacks.perf_line import is_perf_record
 from gatle_ignite.callbacks.run_record import REDACTED, redact_text
 from gatle_ignite.dispatch import ConfigError
 
@@ -60,6 +61,8 @@ class Backend(BaseBackend):
             print(f"[discord] failed to send: {self._scrub(str(err))}")
 
     def log(self, metrics, step=None, epoch=None):
+        if is_perf_record(metrics):
+            return  # a notification per epoch is enough; where the time went is in the logs
         header = f"Epoch {epoch}" if epoch is not None else f"Step {step}"
         fields = [
             {"name": name, "value": _field_value(metrics[name]), "inline": True}

@@ -4,6 +4,7 @@ import numbers
 import sys
 
 from gatle_ignite.callbacks.logging import Backend as BaseBackend
+from gatle_ignite.callbacks.perf_line import is_perf_record, perf_line
 
 __all__ = ["Backend", "format_value"]
 
@@ -25,6 +26,11 @@ def _by_engine(metrics) -> dict:
         engine, _, metric = name.rpartition("/")
         grouped.setdefault(engine, {})[metric] = value
     return {engine: values for engine, values in grouped.items() if values}
+
+
+def render_perf(metrics) -> str:
+    """An epoch's perf/ record, logged after its checkpoint: one line under its block."""
+    return f"{'perf':<5}  {perf_line(metrics)}\n"
 
 
 def render_block(metrics, step=None, epoch=None, max_epochs=None) -> str:
@@ -51,7 +57,10 @@ class Backend(BaseBackend):
         if not metrics:
             return
         max_epochs = self.cfg.get("max_epochs") if self.cfg is not None else None
-        block = render_block(metrics, step=step, epoch=epoch, max_epochs=max_epochs)
+        if is_perf_record(metrics):
+            block = render_perf(metrics)
+        else:
+            block = render_block(metrics, step=step, epoch=epoch, max_epochs=max_epochs)
         if self.cfg is not None and "pbar" in self.cfg.get("logger_name", ()):
             from tqdm import tqdm
 
