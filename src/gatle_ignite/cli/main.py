@@ -26,6 +26,8 @@ usage forms:
   gatle-ignite config --config=CFG.py[,CFG2.py...] [--dry-run] [--override KEY=VALUE]...
   gatle-ignite status SAVE_DIR
   gatle-ignite predict --config=CFG.py --out FILE [--ckpt best|latest|PATH] [--split SPLIT]
+  gatle-ignite export --config=CFG.py --format safetensors|pt2|onnx --out DIR
+                      [--ckpt best|latest|PATH] [--weights eval|raw] [--force]
   gatle-ignite lr-find --config=CFG.py [--start-lr LR] [--end-lr LR] [--num-iter N] [--out PNG]
   gatle-ignite plot RUN_DIR [RUN_DIR ...] --out FILE.png
   gatle-ignite consolidate SRC.dcp OUT.pt
@@ -62,6 +64,7 @@ def _add_checkpoint_arg(parser: argparse.ArgumentParser) -> None:
 
 
 def _add_tool_parsers(commands) -> None:
+    from gatle_ignite.cli.export import add_export_arguments
     from gatle_ignite.cli.lr_find import DEFAULT_END_LR, DEFAULT_NUM_ITER, DEFAULT_START_LR
 
     predict = commands.add_parser(
@@ -73,6 +76,13 @@ def _add_tool_parsers(commands) -> None:
     predict.add_argument(
         "--out", required=True, metavar="FILE", help="where to torch.save {key: tensor[N, ...]}"
     )
+
+    export = commands.add_parser(
+        "export", help="write the model as safetensors, a torch.export program or ONNX, checked"
+    )
+    _add_config_args(export, "one config file")
+    _add_checkpoint_arg(export)
+    add_export_arguments(export)
 
     lr_find = commands.add_parser(
         "lr-find", help="a learning-rate range test; suggests a learning rate, saves nothing"
@@ -248,6 +258,12 @@ def _predict(args: argparse.Namespace, paths: list[str]) -> int:
     return 0
 
 
+def _export(args: argparse.Namespace, paths: list[str]) -> int:
+    from gatle_ignite.cli.export import run_export
+
+    return run_export(_prepare(args, _one_path("export", paths)), args)
+
+
 def _lr_find(args: argparse.Namespace, paths: list[str]) -> int:
     from gatle_ignite.cli.lr_find import run_lr_find
 
@@ -262,6 +278,7 @@ _CONFIG_COMMANDS = {
     "train": _train,
     "predict": _predict,
     "lr-find": _lr_find,
+    "export": _export,
 }
 
 
