@@ -26,6 +26,7 @@ usage forms:
   gatle-ignite config --config=CFG.py[,CFG2.py...] [--dry-run] [--override KEY=VALUE]...
   gatle-ignite status SAVE_DIR
   gatle-ignite predict --config=CFG.py --out FILE [--ckpt best|latest|PATH] [--split SPLIT]
+                       [--with-targets]
   gatle-ignite export --config=CFG.py --format safetensors|pt2|onnx --out DIR
                       [--ckpt best|latest|PATH] [--weights eval|raw] [--force]
   gatle-ignite lr-find --config=CFG.py [--start-lr LR] [--end-lr LR] [--num-iter N] [--out PNG]
@@ -75,6 +76,11 @@ def _add_tool_parsers(commands) -> None:
     predict.add_argument("--split", default="valid", help="an evaluation split (default valid)")
     predict.add_argument(
         "--out", required=True, metavar="FILE", help="where to torch.save {key: tensor[N, ...]}"
+    )
+    predict.add_argument(
+        "--with-targets",
+        action="store_true",
+        help="also write prep_batch's targets (targets.<key>) and each row's sample index (index)",
     )
 
     export = commands.add_parser(
@@ -254,7 +260,8 @@ def _train(args: argparse.Namespace, paths: list[str]) -> int:
 def _predict(args: argparse.Namespace, paths: list[str]) -> int:
     from gatle_ignite.cli.predict import predict
 
-    predict(_prepare(args, _one_path("predict", paths)), args.split, args.out, args.ckpt)
+    cfg = _prepare(args, _one_path("predict", paths))
+    predict(cfg, args.split, args.out, args.ckpt, with_targets=args.with_targets)
     return 0
 
 
