@@ -144,6 +144,9 @@ def test_the_safetensors_export_rebuilds_from_config_json_and_load_weights(synth
         "model_name": "examples.synthetic.models.mlp",
         "model_params": {"in_dim": 64, "hidden": 128, "n_classes": 10},
     }
+    # safetensors writes its file for its owner alone; the export is as readable as its card.
+    mode = (out / "README.md").stat().st_mode & 0o777
+    assert (out / "model.safetensors").stat().st_mode & 0o777 == mode
     fresh = importlib.import_module(rebuild["model_name"]).Model(**rebuild["model_params"])
     load_weights(out / "model.safetensors", fresh)
     best = _best_model(rebuild["model_name"], rebuild["model_params"], save_dir)

@@ -9,6 +9,7 @@ equal the eager model's exactly.
 """
 
 import json
+import shutil
 from pathlib import Path
 
 import torch
@@ -56,8 +57,12 @@ def export_safetensors(source: Source, staging: Path, cfg) -> Artefact:
     """Write and check ``model.safetensors`` and ``config.json`` in ``staging``."""
     from safetensors.torch import save_file
 
+    rebuild = {"model_name": cfg.model_name, "model_params": config_payload(cfg)["model_params"]}
+    (staging / CONFIG).write_text(json.dumps(rebuild, indent=2) + "\n", encoding="utf-8")
     path = staging / FILE
     save_file(_weights(source.model), str(path), metadata={"format": "pt"})
+    # safetensors creates its file readable by its owner only; give it config.json's mode.
+    shutil.copymode(staging / CONFIG, path)
     fresh = _rebuilt(cfg)
     try:
         load_weights(path, fresh, strict=True)
@@ -76,6 +81,4 @@ def export_safetensors(source: Source, staging: Path, cfg) -> Artefact:
             raise failed_at(f"running a fresh Model(**model_params) with {FILE}", error) from None
 
     checked = check_against_eager(FILE, source.model, source.inputs, run, EXACT, dynamic=False)
-    rebuild = {"model_name": cfg.model_name, "model_params": config_payload(cfg)["model_params"]}
-    (staging / CONFIG).write_text(json.dumps(rebuild, indent=2) + "\n", encoding="utf-8")
     return Artefact(FILE, str(EXACT), checked, extra_files=[CONFIG])
