@@ -2,8 +2,8 @@
 holding what rebuilds the model (``model_name``, ``model_params``).
 
 Every tensor of the model's state dict is written under its own name, so
-``safetensors.torch.load_file`` gives a state dict ``load_state_dict`` takes as it is (tied
-weights are written once per name). Checked by building a fresh ``Model(**model_params)``,
+``safetensors.torch.load_file`` gives a state dict ``load_state_dict`` takes as it is (a tied
+weight is written under each of its names). Checked by building a fresh ``Model(**model_params)``,
 loading the file into it with ``gatle_ignite.load_weights`` and running it: the outputs must
 equal the eager model's exactly.
 """
