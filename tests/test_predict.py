@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from gatle_ignite.cli.main import main
-from gatle_ignite.cli.predict import flatten_output
+from gatle_ignite.cli.predict import _with_targets, flatten_output
 from gatle_ignite.dispatch import ConfigError
 from gatle_ignite.run.directory import eval_checkpoint
 from tests.conftest import ROOT
@@ -115,6 +115,35 @@ def test_a_shuffled_split_is_refused(trained, tmp_path, capsys):
     assert not out.exists()
 
 
+def test_with_targets_writes_the_labels_and_sample_indices_beside_the_outputs(
+    trained, tmp_path, capsys
+):
+    config, save_dir = trained
+    assert main(["eval", f"--config={config}"]) == 0
+    reported = float(re.search(r"^valid/acc: (\S+)$", capsys.readouterr().out, re.M).group(1))
+    out = tmp_path / "valid.pt"
+    assert main(["predict", f"--config={config}", "--out", str(out), "--with-targets"]) == 0
+    stdout = capsys.readouterr().out
+    assert "  targets.labels: [37] int64" in stdout and "  index: [37] int64" in stdout
+    predictions = torch.load(out, weights_only=True)
+    assert sorted(predictions) == ["index", "logits", "targets.labels"]
+    _features, labels = make_dataset(n=VALID["n"], seed=VALID["seed"]).tensors
+    assert torch.equal(predictions["targets.labels"], labels)
+    assert torch.equal(predictions["index"], torch.arange(VALID["n"]))
+    # A confusion matrix from the file alone, without rebuilding the split.
+    confusion = torch.zeros(3, 3, dtype=torch.long)
+    pairs = (predictions["targets.labels"], predictions["logits"].argmax(dim=1))
+    confusion.index_put_(pairs, torch.ones(VALID["n"], dtype=torch.long), accumulate=True)
+    assert int(confusion.sum()) == VALID["n"]
+    assert int(confusion.trace()) / VALID["n"] == reported
+
+
+def test_with_targets_refuses_an_output_that_takes_their_names():
+    rows = {"index": torch.zeros(4), "logits": torch.zeros(4, 3)}
+    with pytest.raises(ConfigError, match=r"output keys \['index'\]"):
+        _with_targets(rows, {"model_input": {}, "targets": {"labels": torch.zeros(4)}})
+
+
 def test_nested_outputs_are_flattened_to_dotted_keys():
     rows = torch.zeros(4, 2)
     flat = flatten_output({"logits": rows, "heads": {"a": rows, "b": [rows, rows[:, 0]]}})
@@ -149,12 +178,16 @@ def test_two_processes_write_the_one_process_predictions(trained, tmp_path):
     config, save_dir = trained
     one, two = tmp_path / "one.pt", tmp_path / "two.pt"
     _cli("predict", f"--config={config}", f"--out={one}", "--override=nproc_per_node=1", *GLOO)
-    out = _cli(
-        "predict", f"--config={config}", f"--out={two}", "--override=nproc_per_node=2", *GLOO
-    )
+    two_ranks = ["--override=nproc_per_node=2", "--with-targets"]
+    out = _cli("predict", f"--config={config}", f"--out={two}", *two_ranks, *GLOO)
     assert out.count("PREDICTIONS: ") == 1
     single = torch.load(one, weights_only=True)["logits"]
-    double = torch.load(two, weights_only=True)["logits"]
+    written = torch.load(two, weights_only=True)
+    double = written["logits"]
+    # Each rank's sample indices, joined in rank order: the dataset's order, once each.
+    assert torch.equal(written["index"], torch.arange(VALID["n"]))
+    _features, labels = make_dataset(n=VALID["n"], seed=VALID["seed"]).tensors
+    assert torch.equal(written["targets.labels"], labels)
     expected, _labels = _direct_logits(save_dir)
     # Two ranks of 19 and 18 samples, joined in rank order: no padded duplicate, none missing.
     assert double.shape == single.shape == (VALID["n"], 3)

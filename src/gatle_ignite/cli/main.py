@@ -26,6 +26,9 @@ usage forms:
   gatle-ignite config --config=CFG.py[,CFG2.py...] [--dry-run] [--override KEY=VALUE]...
   gatle-ignite status SAVE_DIR
   gatle-ignite predict --config=CFG.py --out FILE [--ckpt best|latest|PATH] [--split SPLIT]
+                       [--with-targets]
+  gatle-ignite export --config=CFG.py --format safetensors|pt2|onnx --out DIR
+                      [--ckpt best|latest|PATH] [--weights eval|raw] [--force]
   gatle-ignite lr-find --config=CFG.py [--start-lr LR] [--end-lr LR] [--num-iter N] [--out PNG]
   gatle-ignite plot RUN_DIR [RUN_DIR ...] --out FILE.png
   gatle-ignite consolidate SRC.dcp OUT.pt
@@ -62,6 +65,7 @@ def _add_checkpoint_arg(parser: argparse.ArgumentParser) -> None:
 
 
 def _add_tool_parsers(commands) -> None:
+    from gatle_ignite.cli.export import add_export_arguments
     from gatle_ignite.cli.lr_find import DEFAULT_END_LR, DEFAULT_NUM_ITER, DEFAULT_START_LR
 
     predict = commands.add_parser(
@@ -73,6 +77,18 @@ def _add_tool_parsers(commands) -> None:
     predict.add_argument(
         "--out", required=True, metavar="FILE", help="where to torch.save {key: tensor[N, ...]}"
     )
+    predict.add_argument(
+        "--with-targets",
+        action="store_true",
+        help="also write prep_batch's targets (targets.<key>) and each row's sample index (index)",
+    )
+
+    export = commands.add_parser(
+        "export", help="write the model as safetensors, a torch.export program or ONNX, checked"
+    )
+    _add_config_args(export, "one config file")
+    _add_checkpoint_arg(export)
+    add_export_arguments(export)
 
     lr_find = commands.add_parser(
         "lr-find", help="a learning-rate range test; suggests a learning rate, saves nothing"
@@ -251,8 +267,15 @@ def _train(args: argparse.Namespace, paths: list[str]) -> int:
 def _predict(args: argparse.Namespace, paths: list[str]) -> int:
     from gatle_ignite.cli.predict import predict
 
-    predict(_prepare(args, _one_path("predict", paths)), args.split, args.out, args.ckpt)
+    cfg = _prepare(args, _one_path("predict", paths))
+    predict(cfg, args.split, args.out, args.ckpt, with_targets=args.with_targets)
     return 0
+
+
+def _export(args: argparse.Namespace, paths: list[str]) -> int:
+    from gatle_ignite.cli.export import run_export
+
+    return run_export(_prepare(args, _one_path("export", paths)), args)
 
 
 def _lr_find(args: argparse.Namespace, paths: list[str]) -> int:
@@ -269,6 +292,7 @@ _CONFIG_COMMANDS = {
     "train": _train,
     "predict": _predict,
     "lr-find": _lr_find,
+    "export": _export,
 }
 
 

@@ -4,6 +4,8 @@ Every rank runs its contiguous block of the split (ExactDistributedSampler), ran
 the blocks in rank order and writes one file with ``torch.save``: ``{key: tensor[N, ...]}``,
 keyed like the model's output. Nested outputs are flattened to dotted keys (``{"heads":
 {"a": t}}`` becomes ``"heads.a"``, a list's items ``"name.0"``); a bare tensor is ``"y_pred"``.
+With ``with_targets``, ``prep_batch``'s ``targets`` are written beside them as ``targets.<key>``,
+and each row's sample index in the dataset as ``index``.
 """
 
 import os
@@ -21,7 +23,11 @@ from gatle_ignite.data.helpers import ExactDistributedSampler
 from gatle_ignite.dispatch import ConfigError
 from gatle_ignite.trainer.checkpointing import load_eval_checkpoint
 
-__all__ = ["flatten_output", "predict"]
+__all__ = ["INDEX_KEY", "TARGETS_KEY", "flatten_output", "predict"]
+
+# The keys --with-targets adds beside the model's outputs.
+INDEX_KEY = "index"
+TARGETS_KEY = "targets"
 
 
 def predict(
@@ -29,8 +35,10 @@ def predict(
     split: str,
     out: Union[str, os.PathLike],
     ckpt: str = "best",
+    with_targets: bool = False,
 ) -> None:
-    """Load ``ckpt`` in inference mode and write the ``split``'s outputs to ``out``.
+    """Load ``ckpt`` in inference mode and write the ``split``'s outputs to ``out``; with
+    ``with_targets`` also the targets and the sample indices.
 
     Launched like ``gatle-ignite eval``, so ``nproc_per_node`` and torchrun work the same.
     """
@@ -39,7 +47,8 @@ def predict(
     _check_split_has_data(cfg, split)
     cfg.run = True
     cfg.load_from_ckpt = ckpt
-    launcher.launch(cfg, job=partial(_predict_on_rank, split=split, out=Path(out)))
+    job = partial(_predict_on_rank, split=split, out=Path(out), with_targets=with_targets)
+    launcher.launch(cfg, job=job)
 
 
 def _eval_splits_with_data(cfg) -> list:
@@ -66,7 +75,7 @@ def _check_split_has_data(cfg, split: str) -> None:
         )
 
 
-def _predict_on_rank(trainer, split: str, out: Path) -> None:
+def _predict_on_rank(trainer, split: str, out: Path, with_targets: bool = False) -> None:
     """One rank's part: predict its block, then rank 0 gathers every block and writes."""
     trainer.setup()
     load_eval_checkpoint(trainer)
@@ -75,7 +84,7 @@ def _predict_on_rank(trainer, split: str, out: Path) -> None:
     if loader is None:
         raise ConfigError(f"split {split!r} has no data: its loader was not built.")
     _check_in_dataset_order(loader, split)
-    block = _predict_block(trainer, spec, loader)
+    block = _predict_block(trainer, spec, loader, with_targets)
     blocks = _gather_on_rank_zero(block)
     if idist.get_rank() == 0:
         predictions = _join_blocks(blocks, split)
@@ -111,7 +120,7 @@ def _check_in_dataset_order(loader, split: str) -> None:
     )
 
 
-def _predict_block(trainer, spec, loader) -> dict:
+def _predict_block(trainer, spec, loader, with_targets: bool = False) -> dict:
     """``{key: tensor}`` for this rank's samples, on the CPU; empty when it has none."""
     batches = []
     # A fresh engine: the trainer's own evaluator would also compute its metrics and stop at
@@ -120,14 +129,38 @@ def _predict_block(trainer, spec, loader) -> dict:
 
     @engine.on(Events.ITERATION_COMPLETED)
     def _keep(_engine):
-        batches.append(flatten_output(engine.state.output["y_pred"]))
+        output = engine.state.output
+        rows = flatten_output(output["y_pred"])
+        if with_targets:
+            rows = _with_targets(rows, output.get("target"))
+        batches.append(rows)
 
     if len(loader) > 0:
         with trainer.eval_context(spec):
             engine.run(loader, max_epochs=1)
     if not batches:
         return {}
-    return {key: torch.cat([batch[key] for batch in batches]) for key in batches[0]}
+    block = {key: torch.cat([batch[key] for batch in batches]) for key in batches[0]}
+    if with_targets:
+        # The samplers _check_in_dataset_order admits visit their indices in order, once each.
+        block[INDEX_KEY] = torch.tensor(list(loader.sampler), dtype=torch.long)
+    return block
+
+
+def _with_targets(rows: dict, prepared) -> dict:
+    """``rows`` and the batch's targets under ``targets.<key>``; no output may take the names."""
+    if not isinstance(prepared, dict) or "targets" not in prepared:
+        raise ConfigError(
+            "--with-targets writes prep_batch's 'targets', and the eval step's output has none "
+            "(output['target']['targets'])."
+        )
+    clashes = [key for key in rows if key == INDEX_KEY or key.startswith(f"{TARGETS_KEY}.")]
+    if clashes:
+        raise ConfigError(
+            f"the model's output keys {clashes} are the names --with-targets writes; rename "
+            f"them in the model, or predict without --with-targets."
+        )
+    return {**rows, **flatten_output(prepared["targets"], TARGETS_KEY)}
 
 
 def flatten_output(y_pred, prefix: str = "") -> dict:

@@ -30,6 +30,7 @@ __all__ = [
     "restore",
 ]
 
+SAFETENSORS_SUFFIX = ".safetensors"
 # The pickles of torch's pre-1.6 format before its raw tensor bytes: magic number, protocol
 # version, system info, then the object itself.
 _LEGACY_PICKLES = 4
@@ -233,7 +234,11 @@ def report_weight_match(state, wanted, source) -> None:
 
 
 def load_weights(source, module, strict=True, map_location="cpu"):
-    """Load model weights from a checkpoint path, a full checkpoint dict or a bare state dict."""
+    """Load model weights from a checkpoint path, a full checkpoint dict or a bare state dict.
+
+    A path ending in ``.safetensors`` (what ``gatle-ignite export --format safetensors``
+    writes) is read with the safetensors package, the ``export`` extra.
+    """
     if isinstance(source, (str, Path)):
         state = _load_or_explain(source, map_location)
     else:
@@ -251,6 +256,8 @@ def load_weights(source, module, strict=True, map_location="cpu"):
 
 def _load_or_explain(path, map_location) -> Optional[dict]:
     """A file the user named: when it cannot be loaded, that is the config's error to fix."""
+    if Path(path).suffix == SAFETENSORS_SUFFIX:
+        return _load_safetensors(path, map_location)
     try:
         return load_checkpoint_file(path, map_location=map_location)
     except UnreadableCheckpoint as error:
@@ -258,4 +265,23 @@ def _load_or_explain(path, map_location) -> Optional[dict]:
             f"cannot load {error.path}: {error.reason}.\n"
             f"  Point at another checkpoint file; `gatle-ignite eval --ckpt latest` or `best` "
             f"skips damaged files by itself."
+        ) from error
+
+
+def _load_safetensors(path, map_location) -> dict:
+    """A safetensors file's tensors, which by its format cannot hold code."""
+    try:
+        from safetensors import SafetensorError
+        from safetensors.torch import load_file
+    except ImportError as error:
+        raise ConfigError(
+            f"{path} is a safetensors file, and the safetensors package is not installed.\n"
+            f'  Install the export extra: pip install "gatle-ignite[export]".'
+        ) from error
+    try:
+        return load_file(path, device=str(map_location))
+    except (OSError, SafetensorError) as error:
+        raise ConfigError(
+            f"cannot load {path}: not a readable safetensors file ({error}).\n"
+            f"  Point at another file, or export the model again."
         ) from error

@@ -1,0 +1,131 @@
+"""What is exported: the task's model, loaded as ``gatle-ignite eval`` loads it, holding the
+weights evaluation saw, and one real batch of an evaluation split to trace and check it with.
+
+The trainer is built in inference mode in this one process, whatever ``nproc_per_node`` says,
+with ``compile`` and activation checkpointing off (they change how the model runs, not what it
+computes). The model is exported in float32 on the CPU: autocast is not part of it.
+"""
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from gatle_ignite.dispatch import ConfigError, import_entrypoint
+from gatle_ignite.export.verify import rows_of
+from gatle_ignite.trainer.base import BaseTrainer
+from gatle_ignite.trainer.checkpointing import load_eval_checkpoint
+from gatle_ignite.trainer.checks import check_prepared
+from gatle_ignite.utils.batch import to_device
+
+__all__ = ["Source", "load_source"]
+
+_CPU = torch.device("cpu")
+
+
+@dataclass
+class Source:
+    """The model to export (CPU, eval mode, the chosen weights) and its example inputs."""
+
+    model: torch.nn.Module
+    inputs: dict
+    checkpoint: Path
+    # "eval" or "raw": which weights the model holds.
+    weights: str
+    # Whether the task's eval_context swaps other weights in (an EMA).
+    swapped: bool
+    split: str
+
+    @property
+    def rows(self):
+        return rows_of(self.inputs)
+
+
+def load_source(cfg, ckpt: str, weights: str) -> Source:
+    """Build the config's trainer, load ``ckpt`` into it, and take one batch of its first
+    evaluation split with data through ``prep_batch``."""
+    cfg.run = True
+    cfg.load_from_ckpt = ckpt
+    cfg.compile = False
+    cfg.activation_checkpointing = []
+    Trainer = import_entrypoint(cfg.main_runner, "Trainer", field="main_runner")
+    trainer = Trainer(0, cfg).setup()
+    checkpoint = Path(load_eval_checkpoint(trainer))
+    if checkpoint.is_dir():
+        print(f"CONSOLIDATED: the shards of {checkpoint.name} loaded as one whole model")
+    spec = _example_spec(trainer)
+    inputs = _example_inputs(trainer, spec)
+    swapped = _choose_weights(trainer, spec, weights)
+    model = trainer.model.to(_CPU).eval()
+    _note_own_forward(trainer)
+    return Source(model, inputs, checkpoint, weights, swapped, spec.split)
+
+
+def _example_spec(trainer):
+    """The first evaluation engine whose split has data: the one that scores the run."""
+    for spec in trainer.eval_specs():
+        if trainer.dls.get(spec.split) is not None:
+            return spec
+    raise ConfigError(
+        "export takes its example batch from an evaluation split, and no split has data.\n"
+        "  Set valid_ds_name and valid_ds_params in the config."
+    )
+
+
+def _example_inputs(trainer, spec) -> dict:
+    loader = trainer.dls[spec.split]
+    try:
+        batch = next(iter(loader))
+    except StopIteration:
+        raise ConfigError(f"the {spec.split} split yielded no batch to export with.") from None
+    prepared = trainer.prep_batch(batch, split=spec.engine_type)
+    check_prepared(prepared, spec.engine_type)
+    inputs = to_device(dict(prepared["model_input"]), _CPU)
+    if rows_of(inputs) is None:
+        raise ConfigError(
+            f'prep_batch(batch, split="{spec.engine_type}") gave a model_input without a '
+            f"tensor ({sorted(inputs)}); export traces the model on tensors."
+        )
+    return inputs
+
+
+def _state(model) -> dict:
+    return {k: v.detach().clone() for k, v in model.state_dict().items() if torch.is_tensor(v)}
+
+
+def _choose_weights(trainer, spec, weights: str) -> bool:
+    """Leave the model holding the ``weights`` asked for; returns whether eval_context swaps
+    other weights in, and says which weights are exported."""
+    model = trainer.model
+    raw = _state(model)
+    with trainer.eval_context(spec):
+        evaluated = _state(model)
+    swapped = any(not torch.equal(raw[key], evaluated[key]) for key in raw)
+    name = type(trainer).__name__
+    if not swapped:
+        print(
+            f"WEIGHTS: the checkpoint's model weights ({name}.eval_context changes none of them, "
+            f"so raw and eval are the same)"
+        )
+        return False
+    if weights == "eval":
+        model.load_state_dict(evaluated, strict=False)
+        print(
+            f"WEIGHTS: eval, those the {spec.engine_type} evaluation saw ({name}.eval_context "
+            f"swaps them in, e.g. an EMA); --weights raw exports the trained weights instead"
+        )
+    else:
+        model.load_state_dict(raw, strict=False)
+        print(
+            f"WEIGHTS: raw, the trained weights; the {spec.engine_type} evaluation sees others "
+            f"({name}.eval_context swaps them in): --weights eval exports those"
+        )
+    return True
+
+
+def _note_own_forward(trainer) -> None:
+    if type(trainer).forward is not BaseTrainer.forward:
+        print(
+            f"NOTE: {type(trainer).__name__} overrides forward(); the export is of the model "
+            f"alone, called as model(**model_input)"
+        )
