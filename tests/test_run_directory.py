@@ -617,3 +617,7 @@ def test_two_ranks_keep_one_manifest_refuse_together_and_resume(tmp_path):
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert "RESUMING FROM" in resumed.stdout and "TRAIN epoch 2" in resumed.stdout
     assert _manifest(tmp_path / "toy")["trained_epoch"] == 2
+    # Each start records the world it trained in, and the command that started it.
+    starts = _manifest(tmp_path / "toy")["provenance"]
+    assert [(s["action"], s["world_size"]) for s in starts] == [("fresh", 2), ("resume", 2)]
+    assert starts[1]["command"][-2:] == ["--override=resume=True", "--override=max_epochs=2"]
