@@ -97,9 +97,8 @@ def _labels(runs: list) -> list:
 def rows(runs: list, provenance: bool = False) -> list:
     """The runs as ``[{column: value}]``, in the order given, every row with the same columns:
     the run (its name or trial; its directory's name where names repeat), its state, its best
-    score, the score's epoch, the epochs trained of max_epochs and
-    the seconds, then one per parameter that differs between the runs, the provenance columns
-    asked for, and the run's path."""
+    score and that score's epoch, the epochs trained, max_epochs and the seconds, then one per
+    parameter that differs between the runs, the provenance columns asked for, and the path."""
     params = differing_params(runs)
     shown_provenance = [
         column
