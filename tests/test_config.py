@@ -149,6 +149,27 @@ def test_no_overrides_returns_cfg_unchanged():
     assert apply_overrides(cfg, []) is cfg
 
 
+@pytest.mark.parametrize(
+    "save_dir, overrides, expected",
+    [
+        # Named after the run, as ckpt_dir(cfg.name) makes it: the directory follows the name.
+        ("runs/good", ["name=good_lr3e-4"], "runs/good_lr3e-4"),
+        ("/abs/runs/good/", ["name=other"], "/abs/runs/other"),
+        ("good", ["name=other"], "other"),
+        # A save_dir given too wins, in either order.
+        ("runs/good", ["name=other", "save_dir=mine"], "mine"),
+        ("runs/good", ["save_dir=mine", "name=other"], "mine"),
+        # Not named after the run: the name alone changes, the directory stays.
+        ("runs/shared", ["name=other"], "runs/shared"),
+        ("runs/good_v2", ["name=other"], "runs/good_v2"),
+        ("runs/good", ["max_epochs=3"], "runs/good"),
+    ],
+)
+def test_a_new_name_moves_a_save_dir_named_after_the_run(save_dir, overrides, expected):
+    cfg = apply_overrides(make_config(save_dir=save_dir), overrides)
+    assert cfg.save_dir == expected
+
+
 def test_override_without_equals_sign():
     with pytest.raises(ConfigError, match="override 'max_epochs' is not of the form key=value"):
         apply_overrides(make_config(), ["max_epochs"])

@@ -1,13 +1,15 @@
-"""``gatle-ignite plot``: one panel per metric, runs overlaid, from each run's metrics.csv."""
+"""``gatle-ignite plot``: one panel per metric, runs overlaid, from each run's metrics.csv; a
+folder or a sweep stands for the runs below it, and a sweep's study gets Optuna's plots."""
 
 import csv
+import json
 import sys
 
 import pytest
 from matplotlib.image import imread
 
 from gatle_ignite.cli.main import main
-from gatle_ignite.cli.plot import plot_runs
+from gatle_ignite.cli.plot import plot_runs, runs_to_draw
 from gatle_ignite.dispatch import ConfigError
 from tests.toy.config import toy_config
 from tests.toy.trainer import Trainer
@@ -164,3 +166,89 @@ def test_without_matplotlib_plot_names_the_extra(epoch_run, tmp_path, capsys, mo
     assert main(["plot", str(epoch_run), "--out", str(tmp_path / "never.png")]) == 2
     err = capsys.readouterr().err
     assert 'pip install "gatle-ignite[plot]"' in err and "Traceback" not in err
+
+
+# ---- many runs: a folder of runs, the best k, a sweep and its study ----
+
+
+def _train_lr(save_dir, lr):
+    Trainer(0, toy_config(save_dir=str(save_dir), optimizer_params={"lr": lr})).fit()
+    manifest = json.loads((save_dir / "run.json").read_text())
+    return max(e["score"] for e in manifest["checkpoints"] if e["kind"] == "best")
+
+
+@pytest.fixture(scope="module")
+def folder_of_runs(tmp_path_factory):
+    """Real runs of three learning rates, one nested deeper; ``{directory: best score}``."""
+    folder = tmp_path_factory.mktemp("folder")
+    runs = {}
+    for lr, where in ((0.1, "lr0.1"), (0.01, "more/lr0.01"), (0.001, "lr0.001")):
+        runs[folder / where] = _train_lr(folder / where, lr)
+    return folder, runs
+
+
+def test_a_folder_stands_for_every_run_below_it(folder_of_runs, tmp_path):
+    folder, runs = folder_of_runs
+    paths, labels = runs_to_draw([str(folder)])
+    assert sorted(paths) == sorted(runs)
+    figure = plot_runs(paths, tmp_path / "folder.png", labels)
+    assert set(_lines(_panel(figure, "valid/acc"))) == {"lr0.1", "lr0.01", "lr0.001"}
+
+
+def test_best_k_draws_only_the_highest_scoring_runs_best_first(folder_of_runs, tmp_path, capsys):
+    folder, runs = folder_of_runs
+    ranked = sorted(runs, key=runs.get, reverse=True)
+    assert runs_to_draw([str(folder)], best=2)[0] == ranked[:2]
+    out = tmp_path / "best.png"
+    assert main(["plot", str(folder), "--best", "2", "--out", str(out)]) == 0
+    assert capsys.readouterr().out.endswith(f"of the best 2 run(s) written to {out}\n")
+    assert out.read_bytes().startswith(b"\x89PNG")
+    with pytest.raises(SystemExit) as refused:
+        main(["plot", str(folder), "--best", "0", "--out", str(out)])
+    assert refused.value.code == 2 and "is not a positive whole number" in capsys.readouterr().err
+
+
+@pytest.fixture(scope="module")
+def sweep(tmp_path_factory):
+    """A sweep directory as `gatle-ignite sweep` leaves it: an Optuna journal, sweep.json, and
+    one real run per trial whose run.json names its trial and parameters."""
+    optuna = pytest.importorskip("optuna")
+    from optuna.storages.journal import JournalFileBackend
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    folder = tmp_path_factory.mktemp("sweep")
+    (folder / "sweep.json").write_text(json.dumps({"study_name": "toy_lr"}))
+    storage = optuna.storages.JournalStorage(JournalFileBackend(str(folder / "study.journal")))
+    study = optuna.create_study(study_name="toy_lr", storage=storage, direction="maximize")
+    for _ in range(4):
+        trial = study.ask()
+        lr = trial.suggest_float("optimizer_params.lr", 1e-3, 1e-1, log=True)
+        run = folder / "trials" / f"{trial.number:03d}"
+        score = _train_lr(run, lr)
+        manifest = json.loads((run / "run.json").read_text())
+        manifest.update(sweep="toy_lr", trial=trial.number, params={"optimizer_params.lr": lr})
+        (run / "run.json").write_text(json.dumps(manifest))
+        study.tell(trial, score)
+    return folder
+
+
+def test_a_sweep_overlays_its_trials_and_writes_its_studys_plots(sweep, tmp_path, capsys):
+    out = tmp_path / "sweep.png"
+    assert main(["plot", str(sweep), "--out", str(out)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].endswith(f"of 4 run(s) written to {out}")
+    studies = [tmp_path / f"sweep_{kind}.png" for kind in ("history", "importance", "parallel")]
+    assert lines[1] == f"STUDY: {', '.join(map(str, studies))}"
+    for path in (out, *studies):
+        assert imread(path).shape[2] == 4
+    paths, labels = runs_to_draw([str(sweep)])
+    assert labels == [f"trial {n}" for n in range(4)]
+
+
+def test_without_optuna_a_sweeps_plot_names_the_extra(sweep, tmp_path, capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "optuna", None)
+    out = tmp_path / "sweep.png"
+    assert main(["plot", str(sweep), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert 'pip install "gatle-ignite[sweep]"' in err and "Traceback" not in err
+    assert not out.exists()

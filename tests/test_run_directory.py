@@ -156,6 +156,25 @@ def test_resuming_an_early_stopped_run_does_nothing_until_its_patience_changes(t
 # ---- a fresh run into a used save_dir ----
 
 
+def test_a_new_name_gives_the_run_its_own_directory(tmp_path, cli):
+    """The docs' sweep by hand: the same config run under other names, each in its own
+    save_dir, because the save_dir is named after the run (``ckpt_dir(cfg.name)``)."""
+    config = _config(tmp_path)  # name "toy", save_dir tmp_path/toy
+    assert cli("train", config)[0] == 0
+    before = _snapshot(tmp_path / "toy")
+    code, _out, err = cli("train", config, "name=toy_lr1e-3", "optimizer_params.lr=0.001")
+    assert code == 0, err
+    moved = _manifest(tmp_path / "toy_lr1e-3")
+    assert (moved["name"], moved["state"]) == ("toy_lr1e-3", "completed")
+    assert moved["config"]["optimizer_params"]["lr"] == 0.001
+    assert moved["config"]["save_dir"] == str(tmp_path / "toy_lr1e-3")
+    assert _snapshot(tmp_path / "toy") == before
+    # A save_dir given with the name is where the run goes.
+    elsewhere = tmp_path / "elsewhere"
+    assert cli("train", config, "name=other", f"save_dir={elsewhere}")[0] == 0
+    assert _manifest(elsewhere)["name"] == "other" and not (tmp_path / "other").exists()
+
+
 def test_a_fresh_run_into_a_used_save_dir_is_refused_and_touches_nothing(tmp_path, cli):
     config = _config(tmp_path)
     assert cli("train", config)[0] == 0
@@ -626,6 +645,10 @@ def test_two_ranks_keep_one_manifest_refuse_together_and_resume(tmp_path):
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert "RESUMING FROM" in resumed.stdout and "TRAIN epoch 2" in resumed.stdout
     assert _manifest(tmp_path / "toy")["trained_epoch"] == 2
+    # Each start records the world it trained in, and the command that started it.
+    starts = _manifest(tmp_path / "toy")["provenance"]
+    assert [(s["action"], s["world_size"]) for s in starts] == [("fresh", 2), ("resume", 2)]
+    assert starts[1]["command"][-2:] == ["--override=resume=True", "--override=max_epochs=2"]
 
 
 @pytest.mark.slow

@@ -25,12 +25,13 @@ usage forms:
   gatle-ignite eval --config=CFG.py [--ckpt best|latest|PATH] [--override KEY=VALUE]...
   gatle-ignite config --config=CFG.py[,CFG2.py...] [--dry-run] [--override KEY=VALUE]...
   gatle-ignite status SAVE_DIR
+  gatle-ignite runs DIR [DIR ...] [--csv] [--provenance]
   gatle-ignite predict --config=CFG.py --out FILE [--ckpt best|latest|PATH] [--split SPLIT]
                        [--with-targets]
   gatle-ignite export --config=CFG.py --format safetensors|pt2|onnx --out DIR
                       [--ckpt best|latest|PATH] [--weights eval|raw] [--force]
   gatle-ignite lr-find --config=CFG.py [--start-lr LR] [--end-lr LR] [--num-iter N] [--out PNG]
-  gatle-ignite plot RUN_DIR [RUN_DIR ...] --out FILE.png
+  gatle-ignite plot DIR [DIR ...] --out FILE.png [--best K]
   gatle-ignite consolidate SRC.dcp OUT.pt
 """
 
@@ -62,6 +63,12 @@ def _add_checkpoint_arg(parser: argparse.ArgumentParser) -> None:
         metavar="best|latest|PATH",
         help="the best checkpoint, the furthest-trained one, or a checkpoint file",
     )
+
+
+def _positive(value: str) -> int:
+    if value.isdigit() and int(value) > 0:
+        return int(value)
+    raise argparse.ArgumentTypeError(f"{value!r} is not a positive whole number")
 
 
 def _add_tool_parsers(commands) -> None:
@@ -120,8 +127,24 @@ def _add_tool_parsers(commands) -> None:
     )
 
     plot = commands.add_parser("plot", help="draw runs' metrics.csv curves, one panel per metric")
-    plot.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="a run's save_dir")
+    plot.add_argument(
+        "run_dirs", nargs="+", metavar="DIR", help="a run's save_dir, a folder of runs or a sweep"
+    )
     plot.add_argument("--out", required=True, metavar="FILE.png", help="the PNG to write")
+    plot.add_argument(
+        "--best", type=_positive, metavar="K", help="draw only the K runs with the best score"
+    )
+
+    runs = commands.add_parser("runs", help="compare runs: one line each, the best score first")
+    runs.add_argument(
+        "dirs", nargs="+", metavar="DIR", help="a run's save_dir, a folder of runs or a sweep"
+    )
+    runs.add_argument("--csv", action="store_true", help="print CSV instead of a table")
+    runs.add_argument(
+        "--provenance",
+        action="store_true",
+        help="add how each run was made: commit, versions, host, world size, command",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -312,7 +335,11 @@ def _run_command(args: argparse.Namespace) -> int:
     if args.command == "plot":
         from gatle_ignite.cli.plot import run_plot
 
-        return run_plot(args.run_dirs, args.out)
+        return run_plot(args.run_dirs, args.out, best=args.best)
+    if args.command == "runs":
+        from gatle_ignite.cli.runs import run_runs
+
+        return run_runs(args.dirs, as_csv=args.csv, provenance=args.provenance)
     return _CONFIG_COMMANDS[args.command](args, _split_paths(args.config))
 
 

@@ -1,20 +1,23 @@
-"""``gatle-ignite plot RUN_DIR... --out FILE.png``: runs' curves, one panel per metric.
+"""``gatle-ignite plot DIR... --out FILE.png``: runs' curves, one panel per metric.
 
 The history is the ``metrics.csv`` every training run writes into its save_dir (rows:
 wall_time, epoch, step, name, value). A panel's x axis is the global iteration (``step``) when
 every row it draws has one; rows written before the epoch metrics carried a step fall back to
-the epoch.
+the epoch. A folder of runs, or a sweep, stands for every run below it; a sweep's study gets
+Optuna's own plots beside the curves.
 """
 
 import csv
 import math
 import os
+import warnings
 from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
 from typing import NamedTuple, Optional, Union
 
 from gatle_ignite.dispatch import ConfigError
+from gatle_ignite.experiments.runs import best_first, read_run, runs_in
 
 __all__ = [
     "Point",
@@ -24,6 +27,7 @@ __all__ = [
     "read_history_file",
     "require_matplotlib",
     "run_plot",
+    "runs_to_draw",
     "save_png",
 ]
 
@@ -88,11 +92,14 @@ def read_history_file(path: Union[str, os.PathLike]) -> dict:
     return dict(history)
 
 
-def _labels(run_dirs: Sequence) -> list:
-    """Each run's legend entry: its directory name, or its path where names repeat."""
+def _labels(run_dirs: Sequence, trials: Optional[dict] = None) -> list:
+    """Each run's legend entry: its trial, else its directory name, or its path where names
+    repeat."""
+    trials = trials or {}
     names = [Path(run_dir).name for run_dir in run_dirs]
     return [
-        name if names.count(name) == 1 else str(run_dir) for name, run_dir in zip(names, run_dirs)
+        trials.get(run_dir) or (name if names.count(name) == 1 else str(run_dir))
+        for name, run_dir in zip(names, run_dirs)
     ]
 
 
@@ -146,10 +153,14 @@ def draw_histories(histories: list, labels: list, columns: int = 3):
     return figure
 
 
-def plot_runs(run_dirs: Sequence[Union[str, os.PathLike]], out: Union[str, os.PathLike]):
+def plot_runs(
+    run_dirs: Sequence[Union[str, os.PathLike]],
+    out: Union[str, os.PathLike],
+    labels: Optional[list] = None,
+):
     """Draw every metric of every run, runs overlaid, write ``out`` as a PNG; returns the Figure."""
     histories = [read_history(run_dir) for run_dir in run_dirs]
-    figure = draw_histories(histories, _labels(run_dirs))
+    figure = draw_histories(histories, labels or _labels(run_dirs))
     save_png(figure, out)
     return figure
 
@@ -160,8 +171,58 @@ def save_png(figure, out: Union[str, os.PathLike]) -> None:
     figure.savefig(out, format="png", dpi=100)
 
 
-def run_plot(run_dirs: Sequence[str], out: str) -> int:
-    """The ``plot`` command: draw, then say where."""
-    figure = plot_runs(run_dirs, out)
-    print(f"PLOT: {len(figure.axes)} metric panel(s) of {len(run_dirs)} run(s) written to {out}")
+def _expanded(given) -> list:
+    """The runs a DIR argument stands for: itself when it is a run (or holds a history),
+    else the runs below it that have a history."""
+    path = Path(given)
+    if not path.is_dir() or (path / HISTORY_FILE).is_file():
+        return [path]
+    found = runs_in(path)
+    if found in ([], [path]):
+        return [path]
+    drawn = [run for run in found if (run / HISTORY_FILE).is_file()]
+    for run in found:
+        if run not in drawn:
+            warnings.warn(f"{run} has no {HISTORY_FILE}, so it is not drawn.", stacklevel=3)
+    if not drawn:
+        raise ConfigError(
+            f"no run in {path} has a {HISTORY_FILE}.\n"
+            f"  Give a run's save_dir, a folder of runs or a sweep directory."
+        )
+    return drawn
+
+
+def runs_to_draw(dirs: Sequence[str], best: Optional[int] = None) -> tuple:
+    """``(run directories, legend labels)`` for the DIR arguments of ``plot``; with ``best``,
+    only the ``best`` runs with the highest score, the best first."""
+    paths = []
+    for given in dirs:
+        paths += [path for path in _expanded(given) if path not in paths]
+    summaries = {path: read_run(path) for path in paths if path.is_dir()}
+    if best is not None:
+        paths = [run.path for run in best_first(summaries.values())][:best]
+    trials = {path: run.label for path, run in summaries.items() if run.trial is not None}
+    return paths, _labels(paths, trials)
+
+
+def _study_stem(out: str, sweep_dir: Path, sweeps: int) -> str:
+    stem = str(Path(out).with_suffix(""))
+    return f"{stem}_{sweep_dir.name}" if sweeps > 1 else stem
+
+
+def run_plot(run_dirs: Sequence[str], out: str, best: Optional[int] = None) -> int:
+    """The ``plot`` command: draw the runs, and every sweep's study beside them; say where."""
+    from gatle_ignite.experiments.study import has_study, require_optuna, write_study_plots
+
+    sweeps = [Path(d) for d in run_dirs if has_study(d)]
+    for sweep_dir in sweeps:
+        require_optuna(sweep_dir)  # before anything is drawn
+    paths, labels = runs_to_draw(run_dirs, best)
+    figure = plot_runs(paths, out, labels)
+    chosen = f"the best {len(paths)}" if best is not None else f"{len(paths)}"
+    print(f"PLOT: {len(figure.axes)} metric panel(s) of {chosen} run(s) written to {out}")
+    for sweep_dir in sweeps:
+        written = write_study_plots(sweep_dir, _study_stem(out, sweep_dir, len(sweeps)))
+        if written:
+            print(f"STUDY: {', '.join(str(p) for p in written)}")
     return 0

@@ -287,10 +287,26 @@ def apply_overrides(
 
     Only existing fields can be set, except that a params mapping (``optimizer_params``, every
     ``*_ds_params``, a metric's ``params``, ...) takes new keys: they are the component's own.
+    A new ``name`` moves a save_dir named after the run with it, unless ``save_dir`` is set too.
     """
+    named_dir = _named_save_dir(cfg)
+    keys = set()
     for item in overrides or ():
         if "=" not in item:
             raise ConfigError(f"override '{item}' is not of the form key=value")
         key, raw = item.split("=", 1)
+        keys.add(key.strip())
         _set_override(cfg, key.strip(), _parse_value(raw))
+    if named_dir is not None and "name" in keys and "save_dir" not in keys:
+        cfg["save_dir"] = os.path.join(named_dir, cfg["name"])
     return cfg
+
+
+def _named_save_dir(cfg) -> Optional[str]:
+    """The folder of ``save_dir`` when the save_dir is named after the run (it ends in ``name``,
+    as ``ckpt_dir(cfg.name)`` makes it), so that a new name gives the run its own directory."""
+    name, save_dir = cfg.get("name", None), cfg.get("save_dir", None)
+    if not isinstance(name, str) or not name or not isinstance(save_dir, str):
+        return None
+    folder, last = os.path.split(save_dir.rstrip("/\\"))
+    return folder if last == name else None

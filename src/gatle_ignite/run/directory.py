@@ -18,7 +18,7 @@ import ignite.distributed as idist
 import torch
 
 from gatle_ignite.dispatch import ConfigError
-from gatle_ignite.run import identity
+from gatle_ignite.run import identity, provenance
 from gatle_ignite.run.filesystem import confined, remove_quietly, save_dir_error
 from gatle_ignite.run.layout import (
     CONFIG_FILE,
@@ -302,6 +302,7 @@ class RunDirectory:
     def _start(self, payload: dict) -> Plan:
         self.manifest = Manifest.new(self.cfg.name, payload, identity.fingerprint(payload))
         self.manifest.max_epochs = self.cfg.max_epochs
+        self.manifest.provenance = [provenance.gather("fresh")]
         self._begin()
         return Plan("fresh")
 
@@ -352,6 +353,7 @@ class RunDirectory:
             manifest.config_fingerprint = identity.fingerprint(payload)
         manifest.name = self.cfg.name
         manifest.max_epochs = self.cfg.max_epochs
+        self._record_start(manifest, provenance.gather("resume", iteration))
         self.manifest = manifest
         self._begin()
         return Plan(
@@ -360,6 +362,21 @@ class RunDirectory:
             accepted=sorted(accepted),
             checkpoints=list(manifest.checkpoints),
         )
+
+    def _record_start(self, manifest: Manifest, started: dict) -> None:
+        """Add this process to how the run was made, warning when its code is not the code
+        the run began with."""
+        change = (
+            provenance.code_change(manifest.provenance[0], started) if manifest.provenance else None
+        )
+        if change:
+            warnings.warn(
+                f"resuming run '{manifest.name}' in {self.path} on other code than it began "
+                f"with: {change}. Its weights are trained by both; `gatle-ignite runs "
+                f"{self.path} --provenance` shows the code of each start.",
+                stacklevel=5,
+            )
+        manifest.provenance.append(started)
 
     def _resumable_state(self, manifest: Manifest) -> tuple:
         """``(entry, state)`` to resume from: the furthest-trained resumable checkpoint that

@@ -1,7 +1,8 @@
 """``run.json``: what a run directory holds, written by the framework and readable by a person.
 
-The run's identity, the config it was started with, its state, how far it trained, and the
-index of its checkpoints with the epoch and iteration each was written at. Every write replaces
+The run's identity, the config it was started with, its state, how far it trained, how each
+process that trained it was made, and the index of its checkpoints with the epoch and iteration
+each was written at. Every write replaces
 the whole file atomically, so a reader sees the old manifest or the new one, never a mix.
 """
 
@@ -56,6 +57,8 @@ class Manifest:
     trained_epoch: int = 0
     trained_iteration: int = 0
     accepted_changes: list = field(default_factory=list)
+    # One record per process that started or resumed the run (run.provenance); absent before 0.5.
+    provenance: list = field(default_factory=list)
     checkpoints: list = field(default_factory=list)
     format: int = FORMAT
 
@@ -100,6 +103,9 @@ class Manifest:
         """Replace ``run.json``; ``last_word``: the end of a failing run, written in place when
         the disk is too full for a new file."""
         self.updated = _now()
+        if self.provenance:
+            # How long this process has had the run: to its end, or a kill's last checkpoint.
+            self.provenance[-1]["until"] = self.updated
         # stop_reason quotes an exception, which may quote a URL with its credentials.
         data = redact(asdict(self))
         text = json.dumps(data, indent=2) + "\n"

@@ -1,0 +1,319 @@
+"""The runs under some folders, each read from its ``run.json`` (or, for a 0.4 run, its files).
+
+A run directory is one that holds a ``run.json`` or a checkpoint; below any other folder every
+run is found, at any depth (a sweep's trials, a folder of runs). Reading never loads a
+checkpoint and never takes a run's lock, so it is safe while runs train.
+"""
+
+import fnmatch
+import json
+import math
+import os
+import warnings
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Optional
+
+from gatle_ignite.dispatch import ConfigError
+from gatle_ignite.run.identity import flatten
+from gatle_ignite.run.layout import (
+    CONFIG_FILE,
+    LATEST_PREFIX,
+    MANIFEST_FILE,
+    Entry,
+    checkpoint_files,
+    parse_checkpoint_name,
+)
+from gatle_ignite.run.lock import holder
+
+__all__ = [
+    "NEVER_TRAINING",
+    "RunSummary",
+    "best_first",
+    "differing_params",
+    "find_runs",
+    "is_run_dir",
+    "read_run",
+    "read_runs",
+    "runs_in",
+]
+
+# Config fields (dotted, shell-style wildcards) that name, store, log or place a run and never
+# change what it trains: two runs differing only in these trained the same thing.
+NEVER_TRAINING = (
+    "name",
+    "project_name",
+    "save_dir",
+    "resume",
+    "replace_run",
+    "accept_changes",
+    "run",
+    "load_from_ckpt",
+    "save_ckpt",
+    "n_saved",
+    "save_every_iters",
+    "async_save",
+    "logger_name",
+    "verbosity",
+    "log_every",
+    "watch_grad",
+    "tags",
+    "wandb_entity",
+    "discord_*",
+    "master_addr",
+    "master_port",
+    "dist_timeout",
+)
+
+_NO_RUN_HINT = "Give a run's save_dir, a folder of runs or a sweep directory."
+
+
+@dataclass
+class RunSummary:
+    """What one run directory says about its run.
+
+    ``score`` is the best ``score_name`` value in the run's own units; ``ranking`` is the same
+    times ``score_factor``, which is higher for the better run whatever the direction.
+    """
+
+    path: Path
+    name: str
+    state: str
+    trial: Optional[int] = None
+    score_name: Optional[str] = None
+    score: Optional[float] = None
+    ranking: Optional[float] = None
+    score_epoch: Optional[int] = None
+    epochs: Optional[int] = None
+    max_epochs: Optional[int] = None
+    seconds: Optional[float] = None
+    config: dict = field(default_factory=dict)
+    params: dict = field(default_factory=dict)
+    starts: list = field(default_factory=list)
+
+    @property
+    def label(self) -> str:
+        return f"trial {self.trial}" if self.trial is not None else self.name
+
+    def value(self, key: str):
+        """The run's value of the dotted config field ``key`` (a sweep's own parameter when the
+        config lacks it); None when it has neither."""
+        if key in self.config:
+            return self.config[key]
+        return self.params.get(key)
+
+
+# ---- finding runs ----
+
+
+def is_run_dir(path: Path) -> bool:
+    """Whether ``path`` holds a run: a ``run.json``, or a checkpoint (a 0.4 run directory)."""
+    return (path / MANIFEST_FILE).is_file() or bool(checkpoint_files(path))
+
+
+def _runs_below(top: Path) -> list:
+    found = []
+    for folder, subfolders, _files in os.walk(top):
+        here = Path(folder)
+        if here != top and is_run_dir(here):
+            found.append(here)
+            subfolders[:] = []  # a run holds no other run
+            continue
+        subfolders[:] = sorted(s for s in subfolders if not s.startswith("."))
+    return found
+
+
+def runs_in(path) -> list:
+    """``[path]`` when it is a run directory, else every run below it (none: ``[]``)."""
+    path = Path(path)
+    return [path] if is_run_dir(path) else _runs_below(path)
+
+
+def find_runs(paths) -> list:
+    """The run directories ``paths`` name: each one itself when it is a run, else every run
+    below it. A path that does not exist or holds no run is a config error."""
+    found = []
+    for given in paths:
+        path = Path(given)
+        if not path.is_dir():
+            raise ConfigError(f"{path} is not a directory.\n  {_NO_RUN_HINT}")
+        runs = runs_in(path)
+        if not runs:
+            raise ConfigError(
+                f"no run in {path}: neither it nor a folder below it holds a {MANIFEST_FILE} or "
+                f"a checkpoint.\n  {_NO_RUN_HINT}"
+            )
+        found += [run for run in runs if run not in found]
+    return found
+
+
+# ---- reading one run ----
+
+
+def _read_json(path: Path) -> Optional[dict]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as error:
+        warnings.warn(f"{path} cannot be read ({error}); ignoring it.", stacklevel=4)
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _entries(path: Path, manifest: Optional[dict]) -> list:
+    """The run's checkpoints: its index's entries whose files exist, and by name the others."""
+    on_disk = {p.name for p in checkpoint_files(path)}
+    known = []
+    for raw in (manifest or {}).get("checkpoints", []):
+        try:
+            entry = Entry(**raw)
+        except TypeError:
+            continue
+        if entry.file in on_disk:
+            known.append(entry)
+    indexed = {entry.file for entry in known}
+    return known + [parse_checkpoint_name(name) for name in sorted(on_disk - indexed)]
+
+
+def _best(entries: list, score_name: Optional[str]) -> Optional[Entry]:
+    """The highest-scoring best checkpoint of ``score_name``'s engine (any engine for a 0.4
+    name, which carries none)."""
+    engine = score_name.split("/")[0] if score_name else None
+    scored = [e for e in entries if e.kind == "best" and e.score is not None]
+    scored = [e for e in scored if not math.isnan(e.score)]
+    ours = [e for e in scored if e.engine == engine] or [e for e in scored if not e.engine]
+    if not ours:
+        return None
+    return max(ours, key=lambda e: (e.score, e.iteration or 0))
+
+
+def _trained_epochs(manifest: Optional[dict], entries: list) -> Optional[int]:
+    if manifest is None:
+        epochs = [e.epoch for e in entries if e.kind == LATEST_PREFIX and e.epoch is not None]
+        return max(epochs) if epochs else None
+    iteration, length = manifest.get("trained_iteration"), manifest.get("epoch_length")
+    if iteration is not None and length:
+        return iteration // length
+    return manifest.get("trained_epoch")
+
+
+def _timestamp(text) -> Optional[datetime]:
+    try:
+        return datetime.fromisoformat(text)
+    except (TypeError, ValueError):
+        return None
+
+
+def _span(start, end) -> Optional[float]:
+    begun, ended = _timestamp(start), _timestamp(end)
+    if begun is None or ended is None:
+        return None
+    return max((ended - begun).total_seconds(), 0.0)
+
+
+def _seconds(manifest: Optional[dict]) -> Optional[float]:
+    """The run's wall time: the sum of every process's time on it (a queue's wait between a
+    preemption and the resume is not counted); from created to updated before 0.5 recorded
+    the processes."""
+    if manifest is None:
+        return None
+    starts = manifest.get("provenance") or []
+    spans = [_span(s.get("started"), s.get("until")) for s in starts if isinstance(s, dict)]
+    spans = [s for s in spans if s is not None]
+    if spans:
+        return sum(spans)
+    return _span(manifest.get("created"), manifest.get("updated"))
+
+
+def _state(path: Path, manifest: Optional[dict]) -> str:
+    if manifest is None:
+        return "unknown"
+    state = str(manifest.get("state", "unknown"))
+    # A run left "running" whose process is gone was killed.
+    if state == "running" and holder(path) is None:
+        return "interrupted"
+    return state
+
+
+def _trial(manifest: Optional[dict]) -> Optional[int]:
+    trial = (manifest or {}).get("trial")
+    if isinstance(trial, dict):
+        trial = trial.get("number")
+    return trial if isinstance(trial, int) and not isinstance(trial, bool) else None
+
+
+def _manifest(path: Path) -> Optional[dict]:
+    manifest = _read_json(path / MANIFEST_FILE)
+    if manifest is not None and not isinstance(manifest.get("config", {}), dict):
+        return None
+    return manifest
+
+
+def read_run(path) -> RunSummary:
+    """Everything ``runs`` shows of the run in ``path``, from its files as they are now."""
+    path = Path(path)
+    manifest = _manifest(path)
+    config = (manifest or {}).get("config") or _read_json(path / CONFIG_FILE) or {}
+    entries = _entries(path, manifest)
+    score_name = config.get("score_name")
+    factor = config.get("score_factor") or 1
+    best = _best(entries, score_name)
+    params = (manifest or {}).get("params")
+    return RunSummary(
+        path=path,
+        name=str((manifest or {}).get("name") or config.get("name") or path.name),
+        state=_state(path, manifest),
+        trial=_trial(manifest),
+        score_name=score_name,
+        score=best.score / factor if best is not None else None,
+        ranking=best.score if best is not None else None,
+        score_epoch=best.epoch if best is not None else None,
+        epochs=_trained_epochs(manifest, entries),
+        max_epochs=(manifest or {}).get("max_epochs") or config.get("max_epochs"),
+        seconds=_seconds(manifest),
+        config=flatten(config),
+        params=params if isinstance(params, dict) else {},
+        starts=[s for s in (manifest or {}).get("provenance") or [] if isinstance(s, dict)],
+    )
+
+
+def _rank_key(run: RunSummary) -> tuple:
+    return (run.ranking is None, -(run.ranking or 0.0), run.label, str(run.path))
+
+
+def best_first(runs) -> list:
+    """``runs`` by score, the best first; runs without a score last."""
+    return sorted(runs, key=_rank_key)
+
+
+def read_runs(paths) -> list:
+    """Every run ``paths`` name (see :func:`find_runs`), the best score first."""
+    return best_first(read_run(path) for path in find_runs(paths))
+
+
+# ---- what sets runs apart ----
+
+
+def _never_training(key: str) -> bool:
+    return any(fnmatch.fnmatchcase(key, pattern) for pattern in NEVER_TRAINING)
+
+
+def _comparable(value) -> str:
+    return json.dumps(value, sort_keys=True, default=str)
+
+
+def differing_params(runs: list) -> list:
+    """The dotted config fields whose values are not the same in every run (fields that never
+    change training left out), and every parameter a sweep set; sorted."""
+    configured = [run for run in runs if run.config]
+    keys = set().union(*(run.config for run in configured)) if configured else set()
+    differing = {
+        key
+        for key in keys
+        if not _never_training(key)
+        and len({_comparable(run.config.get(key)) for run in configured}) > 1
+    }
+    swept = set().union(*(run.params for run in runs)) if runs else set()
+    return sorted(differing | swept)
