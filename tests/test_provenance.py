@@ -15,8 +15,8 @@ import pytest
 import torch
 
 import gatle_ignite
-from gatle_ignite.run.layout import MANIFEST_FILE
 from gatle_ignite.redaction import redact_argv
+from gatle_ignite.run.layout import MANIFEST_FILE
 from tests.toy.config import toy_config
 from tests.toy.trainer import Trainer
 
