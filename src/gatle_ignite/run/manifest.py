@@ -94,6 +94,8 @@ class Manifest:
         for accepted in data.get("accepted_changes", []):
             if not (isinstance(accepted, dict) and isinstance(accepted.get("changes"), dict)):
                 raise ValueError(f"{path}: an accepted change is {accepted!r}, not a record")
+        if not all(isinstance(start, dict) for start in data.get("provenance", [])):
+            raise ValueError(f"{path}: a provenance record is not an object")
         entries = data.pop("checkpoints", [])
         for entry in entries:
             _check_entry(entry, path)
@@ -163,6 +165,7 @@ _MANIFEST_TYPES = {
     "trained_epoch": _COUNT,
     "trained_iteration": _COUNT,
     "accepted_changes": (list,),
+    "provenance": (list,),
     "checkpoints": (list,),
     "format": _COUNT,
 }
