@@ -25,6 +25,7 @@ usage forms:
   gatle-ignite eval --config=CFG.py [--ckpt best|latest|PATH] [--override KEY=VALUE]...
   gatle-ignite config --config=CFG.py[,CFG2.py...] [--dry-run] [--override KEY=VALUE]...
   gatle-ignite status SAVE_DIR
+  gatle-ignite sweep --config=CFG.py --dir DIR --trials N --param KEY=SPACE... [--workers W]
   gatle-ignite predict --config=CFG.py --out FILE [--ckpt best|latest|PATH] [--split SPLIT]
   gatle-ignite lr-find --config=CFG.py [--start-lr LR] [--end-lr LR] [--num-iter N] [--out PNG]
   gatle-ignite plot RUN_DIR [RUN_DIR ...] --out FILE.png
@@ -149,6 +150,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="also run one batch of every split through prep_batch, the model, loss and metrics",
     )
     _add_tool_parsers(commands)
+    from gatle_ignite.cli.sweep import add_sweep_parser
+
+    add_sweep_parser(commands)
     return parser
 
 
@@ -282,6 +286,11 @@ def _run_command(args: argparse.Namespace) -> int:
         from gatle_ignite.cli.plot import run_plot
 
         return run_plot(args.run_dirs, args.out)
+    if args.command == "sweep":
+        from gatle_ignite.cli.sweep import run_sweep_command
+
+        _ensure_cwd_importable()
+        return run_sweep_command(args)
     return _CONFIG_COMMANDS[args.command](args, _split_paths(args.config))
 
 

@@ -1,6 +1,6 @@
 """``gatle-ignite status SAVE_DIR``: what a run directory holds, and an exit code to act on.
 
-The exit code is for job scripts: 0 the run is finished (completed or stopped early), 75 it
+The exit code is for job scripts: 0 the run is finished (completed, stopped early or pruned), 75 it
 can be continued with ``resume=True`` (preempted, or killed without a word), 1 it failed or
 diverged, 3 a live process is training it now.
 """
@@ -18,6 +18,7 @@ EXIT_FINISHED, EXIT_FAILED, EXIT_RUNNING = 0, 1, 3
 _EXIT_CODES = {
     "completed": EXIT_FINISHED,
     "early-stopped": EXIT_FINISHED,
+    "pruned": EXIT_FINISHED,
     "preempted": EXIT_PREEMPTED,
     "interrupted": EXIT_PREEMPTED,
     "failed": EXIT_FAILED,
@@ -58,6 +59,11 @@ def _checkpoint_line(entry) -> str:
     return f"  {entry.file}  ({where}{score})"
 
 
+def _trial_line(trial: dict) -> str:
+    params = ", ".join(f"{key}={value!r}" for key, value in (trial.get("params") or {}).items())
+    return f"trial {trial.get('trial')} of {trial.get('sweep_dir')} ({params})"
+
+
 def run_status(save_dir) -> int:
     """Print the run in ``save_dir`` and return the exit code its state calls for."""
     save_dir = Path(save_dir)
@@ -70,6 +76,8 @@ def run_status(save_dir) -> int:
     print(f"state:    {state}{reason}")
     if live is not None:
         print(f"held by:  pid {live.get('pid')} on {live.get('host')}: {live.get('command')}")
+    if manifest.sweep:
+        print(f"sweep:    {_trial_line(manifest.sweep)}")
     print(f"trained:  {_progress(manifest)}")
     print(f"config:   {manifest.config_fingerprint}, last written {manifest.updated}")
     print("checkpoints:")

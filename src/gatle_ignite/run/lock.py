@@ -20,7 +20,7 @@ try:
 except ImportError:  # not a POSIX system: no lock, only the holder's note
     fcntl = None
 
-__all__ = ["RunLock", "holder"]
+__all__ = ["RunLock", "held", "holder"]
 
 
 class _Held:
@@ -111,6 +111,26 @@ def holder(save_dir) -> Optional[dict]:
     if note.get("host") == socket.gethostname() and not _alive(note.get("pid")):
         return None
     return note
+
+
+def held(save_dir) -> bool:
+    """Whether a process holds ``save_dir``'s lock now: asked of the kernel, not of the note.
+
+    Takes the lock for an instant when it is free, so a starting run may be refused in that
+    instant; only a process that has no run of its own to start (a sweep worker) asks.
+    """
+    if fcntl is None:
+        return holder(save_dir) is not None
+    try:
+        handle = open(Path(save_dir) / LOCK_FILE, encoding="utf-8")
+    except OSError:
+        return False
+    with handle:
+        try:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            return True
+        return False
 
 
 def _alive(pid) -> bool:

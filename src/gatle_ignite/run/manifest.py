@@ -15,12 +15,14 @@ from pathlib import Path
 from typing import Optional
 
 from gatle_ignite.run.layout import MANIFEST_FILE, Entry, staging_path
+from gatle_ignite.run.sweep_trial import trial_record
 
 __all__ = ["STATES", "Entry", "Manifest", "write_atomically"]
 
 FORMAT = 1
 # Every state a run can be left in. A run found "running" whose lock is free was killed.
-STATES = ("running", "completed", "early-stopped", "preempted", "failed", "diverged")
+# "pruned": its sweep stopped it after an evaluation as clearly behind; it is finished.
+STATES = ("running", "completed", "early-stopped", "pruned", "preempted", "failed", "diverged")
 
 
 def _now() -> str:
@@ -59,6 +61,8 @@ class Manifest:
     trained_iteration: int = 0
     accepted_changes: list = field(default_factory=list)
     checkpoints: list = field(default_factory=list)
+    # The sweep trial this run is (run.sweep_trial.trial_record), or None.
+    sweep: Optional[dict] = None
     format: int = FORMAT
 
     @classmethod
@@ -70,6 +74,7 @@ class Manifest:
             config=config,
             config_fingerprint=fingerprint,
             host=socket.gethostname(),
+            sweep=trial_record(),
         )
 
     @classmethod

@@ -18,6 +18,7 @@ from gatle_ignite.enhancements.early_stop import build_early_stoppers
 from gatle_ignite.run.directory import RunDirectory
 from gatle_ignite.schedulers import attach_scheduler, prep_scheduler
 from gatle_ignite.specs import EVAL_SPECS, TRAIN_SPEC
+from gatle_ignite.sweep.pruning import attach_trial
 from gatle_ignite.trainer.checkpointing import (
     attach_checkpoint_writes,
     attach_checkpoints,
@@ -104,6 +105,8 @@ class BaseTrainer:
         self.run_dir = None
         self._nan_check = None
         self._preemption = None
+        # The report to a sweep's study when this run is one of its trials (sweep.pruning).
+        self._sweep_trial = None
         # The queue of background checkpoint writes (async_save), or None.
         self._writes = None
         self._built = False
@@ -359,6 +362,7 @@ class BaseTrainer:
             # What was logged after the checkpoint is trained again: no history holds it twice.
             self.logger.rewind(self.engines["trainer"].state.iteration)
         self.attach_runner()
+        self._sweep_trial = attach_trial(self)
         trainer = self.engines["trainer"]
         # After the eval runners, so "latest" holds what that epoch's evaluation changed.
         attach_checkpoint_writes(self)
