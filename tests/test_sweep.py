@@ -205,3 +205,28 @@ def test_a_pruned_run_is_finished(make_cfg, capsys):
     assert "NOTHING TO DO: the run in" in out and "was pruned by its sweep" in out
     assert _contents(Path(cfg.save_dir)) == before
     assert Manifest.read(cfg.save_dir).trained_epoch == 2
+
+
+def test_a_worker_that_fails_stops_the_sweep_with_its_error(monkeypatch, capsys):
+    """Not a trial's failure (told to the study) but the worker's own, e.g. its storage gone."""
+    from types import SimpleNamespace
+
+    from gatle_ignite.launch.budget import Share
+    from gatle_ignite.sweep.runner import _ending
+    from gatle_ignite.sweep.worker import SweepRun, Worker
+
+    checked = SimpleNamespace(sweep=SimpleNamespace(trials=4), record=None)
+    run = SweepRun(checked, study=None, say=print)
+    worker = Worker(run, 0, Share(None))
+
+    def storage_gone():
+        raise ConnectionError("the database went away")
+
+    monkeypatch.setattr(worker, "_next", storage_gone)
+    worker.loop()
+    assert "ConnectionError: the database went away" in capsys.readouterr().err
+    counts = {"complete": 2, "pruned": 0, "fail": 0}
+    assert _ending(run, counts) == (
+        1,
+        "SWEEP STOPPED: worker 0 failed: ConnectionError('the database went away')",
+    )

@@ -16,6 +16,7 @@ import socket
 import subprocess
 import sys
 import threading
+import traceback
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -154,6 +155,18 @@ class Worker:
         self.share = share
 
     def loop(self) -> None:
+        """Take and run trials until the study holds N finished ones or the sweep stops.
+
+        An error of the worker's own (not a trial's: those are told to the study) stops the
+        sweep; the trial it held stays running in the study, to be resumed.
+        """
+        try:
+            self._loop()
+        except Exception as error:
+            traceback.print_exc()
+            self.run.request_stop(f"worker {self.index} failed: {error!r}")
+
+    def _loop(self) -> None:
         run = self.run
         while not run.stop.is_set():
             job = self._next()
