@@ -28,6 +28,7 @@ BENCHMARKS = {
     "ddp": "bench.ddp",
     "fsdp": "bench.fsdp",
     "cuda": "bench.cuda",
+    "sweep": "bench.sweep",
 }
 
 

@@ -7,7 +7,9 @@ behind; under DDP the answer is broadcast, so every rank stops at the same point
 ends after that epoch's checkpoint, in state ``pruned``.
 """
 
+import contextlib
 import math
+import threading
 from typing import Optional
 
 import ignite.distributed as idist
@@ -30,6 +32,18 @@ class TrialReport:
         self.reason = ""
         self._trainer = trainer
         self._optuna_trial = None
+        # Held while the study is opened, by the background opening or the first report.
+        self._opening = threading.Lock()
+
+    def open_in_background(self) -> None:
+        """Import Optuna and open the study while the first epoch trains (rank 0), so the
+        first report does not wait for them."""
+        threading.Thread(target=self._open_quietly, daemon=True).start()
+
+    def _open_quietly(self) -> None:
+        # A failure here is raised again, where it belongs, by the first report.
+        with contextlib.suppress(Exception):
+            self._study_trial()
 
     def __call__(self, engine) -> None:
         trainer = self._trainer
@@ -62,19 +76,21 @@ class TrialReport:
             return self.trial.get("pruner", "none") != "none" and trial.should_prune()
 
     def _study_trial(self):
-        if self._optuna_trial is None:
-            optuna = require_optuna()
-            study = optuna.load_study(
-                study_name=self.trial["study"],
-                storage=open_storage(self.trial["storage"]),
-                # Only the worker samples; this process never draws a parameter.
-                sampler=optuna.samplers.RandomSampler(),
-                pruner=build_pruner(
-                    self.trial.get("pruner", "none"), self.trial.get("pruner_params")
-                ),
-            )
-            self._optuna_trial = optuna.trial.Trial(study, self.trial["trial_id"])
-        return self._optuna_trial
+        with self._opening:
+            if self._optuna_trial is None:
+                self._optuna_trial = self._opened()
+            return self._optuna_trial
+
+    def _opened(self):
+        optuna = require_optuna()
+        study = optuna.load_study(
+            study_name=self.trial["study"],
+            storage=open_storage(self.trial["storage"]),
+            # Only the worker samples; this process never draws a parameter.
+            sampler=optuna.samplers.RandomSampler(),
+            pruner=build_pruner(self.trial.get("pruner", "none"), self.trial.get("pruner_params")),
+        )
+        return optuna.trial.Trial(study, self.trial["trial_id"])
 
 
 def attach_trial(trainer) -> Optional[TrialReport]:
@@ -86,4 +102,6 @@ def attach_trial(trainer) -> Optional[TrialReport]:
     for spec in trainer.eval_specs():
         if trainer.engines.get(spec.key) is not None:
             trainer._post_eval.setdefault(spec.key, []).append(report)
+    if idist.get_rank() == 0:
+        report.open_in_background()
     return report
