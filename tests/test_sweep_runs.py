@@ -272,6 +272,22 @@ def test_a_sigtermed_sweep_resumes_the_interrupted_trial_exactly(tmp_path):
     _assert_identical(_weights(tmp_path / "by_hand"), _weights(_trial_dir(sweep_dir, 0)))
 
 
+def test_ctrl_c_stops_a_sweep_as_a_preemption_not_a_failure(tmp_path):
+    """A trial takes SIGINT as an error; the sweep passes a terminal's Ctrl-C on as SIGTERM."""
+    config = _config(tmp_path, iter_sleep_s=0.15)
+    sweep_dir = tmp_path / "sweep"
+    argv = _argv(config, sweep_dir, "--trials=1", f"--param=optimizer_params.lr=[{GOOD_LR}]")
+    sweep = _start(argv)
+    seen = _read_until(sweep, r"^\[trial_0000\] .* TRAIN epoch 1: 2/4")
+    sweep.send_signal(signal.SIGINT)
+    out = "".join(seen) + sweep.communicate(timeout=TIMEOUT)[0]
+    assert sweep.returncode == EXIT_PREEMPTED, out[-3000:]
+    assert "PREEMPTED (stopped by SIGINT)" in out
+    assert "[trial_0000] PREEMPTED by SIGTERM after iteration" in out
+    assert _states(_study(sweep_dir)) == [(0, "RUNNING")]
+    assert _manifest(_trial_dir(sweep_dir, 0))["state"] == "preempted"
+
+
 class Output:
     """A process's output, read in a thread as it comes."""
 

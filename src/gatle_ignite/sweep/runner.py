@@ -28,7 +28,7 @@ from gatle_ignite.sweep.study import (
     shown_storage,
 )
 from gatle_ignite.sweep.worker import SweepRun, Worker
-from gatle_ignite.trainer.preemption import EXIT_PREEMPTED, signal_name
+from gatle_ignite.trainer.preemption import EXIT_PREEMPTED
 
 __all__ = ["SweepResult", "run_sweep"]
 
@@ -172,12 +172,11 @@ def _stop_signals(run: SweepRun):
         return
 
     def handle(signum, _frame) -> None:
-        if run.stop.is_set() and run.stop_reason.startswith("stopped by"):
+        if run.signalled is not None:
             run.kill_children()
             return
-        run.request_stop(f"stopped by {signal_name(signum)}")
         # A trial takes SIGINT as an error, so a Ctrl-C reaches it as the request to save.
-        run.forward(signal.SIGTERM if signum == signal.SIGINT else signum)
+        run.preempt(signum, signal.SIGTERM if signum == signal.SIGINT else signum)
 
     previous = {sig: signal.signal(sig, handle) for sig in _STOP_SIGNALS}
     try:
@@ -210,7 +209,7 @@ def _ending(run: SweepRun, counts: dict) -> tuple:
             f"time to save.\n  Run the same command again: they resume from their last "
             f"checkpoints."
         )
-    if run.left_resumable or (run.stop.is_set() and run.stop_reason.startswith("stopped by")):
+    if run.left_resumable or run.signalled is not None:
         left = ", ".join(str(n) for n in sorted(run.left_resumable)) or "none"
         finished = sum(counts[state] for state in ("complete", "pruned", "fail"))
         return EXIT_PREEMPTED, (

@@ -33,6 +33,7 @@ from gatle_ignite.sweep.trial import (
     trial_name,
     trial_overrides,
 )
+from gatle_ignite.trainer.preemption import signal_name
 
 __all__ = ["SweepRun", "Worker"]
 
@@ -80,6 +81,8 @@ class SweepRun:
         self.stop = threading.Event()
         self.stop_reason = ""
         self.killed = False
+        # The stop signal this process got, passed on to its trials; None until one comes.
+        self.signalled = None
         self.left_resumable = []
         self.failures_in_row = 0
         self.last_failure = ""
@@ -94,24 +97,33 @@ class SweepRun:
                 self.stop_reason = reason
                 self.stop.set()
 
-    def forward(self, signum: int) -> None:
-        """Pass a preemption signal to every running trial: each saves and exits 75."""
-        for child in self.children():
-            _signal(child.pid, signum, group=False)
+    def preempt(self, received: int, passed_on: int) -> None:
+        """The first stop signal: no trial starts, and every running trial (and one starting
+        now) gets ``passed_on``: each saves where it is and exits 75."""
+        with self._lock:
+            self.signalled = passed_on
+            if not self.stop.is_set():
+                self.stop_reason = f"stopped by {signal_name(received)}"
+                self.stop.set()
+            children = list(self._children)
+        for child in children:
+            _signal(child.pid, passed_on, group=False)
 
     def kill_children(self) -> None:
         """Kill every running trial and its ranks at once, with no checkpoint."""
         self.killed = True
-        for child in self.children():
-            _signal(child.pid, signal.SIGKILL, group=True)
-
-    def children(self) -> list:
         with self._lock:
-            return list(self._children)
+            children = list(self._children)
+        for child in children:
+            _signal(child.pid, signal.SIGKILL, group=True)
 
     def track(self, child) -> None:
         with self._lock:
             self._children.add(child)
+            signum = self.signalled
+        # Started as the signal came: it is passed on all the same.
+        if signum is not None:
+            _signal(child.pid, signum, group=False)
 
     def untrack(self, child) -> None:
         with self._lock:
