@@ -29,6 +29,7 @@ BENCHMARKS = {
     "fsdp": "bench.fsdp",
     "cuda": "bench.cuda",
     "sweep": "bench.sweep",
+    "budget": "bench.budget",
 }
 
 
