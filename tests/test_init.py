@@ -275,8 +275,16 @@ def test_generated_project_passes_config_and_trains(project):
 @pytest.mark.slow
 def test_generated_projects_sweep_file_runs_a_sweep(project):
     pytest.importorskip("optuna", reason="the sweep extra is not installed")
-    sweep = [*cli_command(), "sweep", f"--sweep=configs/{NAME}_sweep.py", "--trials=2"]
-    done = run([*sweep, "--override=max_epochs=1"], cwd=project, timeout=600)
+    # This checkout's package, whichever one the environment's console script runs.
+    sweep = [sys.executable, "-m", "gatle_ignite", "sweep", f"--sweep=configs/{NAME}_sweep.py"]
+    done = subprocess.run(
+        [*sweep, "--trials=2", "--override=max_epochs=1"],
+        cwd=project,
+        env={**clean_env(), "PYTHONPATH": str(ROOT / "src")},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr
     assert "SWEEP COMPLETE: 2 trials finished" in done.stdout
     # The baseline the file asks for first is trial 0.

@@ -391,6 +391,40 @@ def test_two_sweeps_sharing_a_postgresql_study_never_run_a_trial_twice(tmp_path,
     assert "postgresql+psycopg://<redacted>@/sweeps" in (sweep_dir / "sweep.json").read_text()
 
 
+_OPEN_AT_ONCE = """
+import pathlib, sys, time
+import sqlalchemy, optuna.storages
+from gatle_ignite.sweep.study import open_storage
+url, folder, index = sys.argv[1], pathlib.Path(sys.argv[2]), sys.argv[3]
+(folder / f"ready-{index}").touch()
+while not (folder / "go").exists():
+    time.sleep(0.001)
+open_storage({"url": url})
+print("opened")
+"""
+
+
+def test_workers_opening_a_fresh_postgresql_database_at_once_all_get_the_study(tmp_path, postgres):
+    """N nodes started together find no tables yet; each creates them, and all must succeed."""
+    url = postgres.create_database("fresh").replace("postgresql://", "postgresql+psycopg://")
+    count = 6
+    processes = [
+        subprocess.Popen(
+            [sys.executable, "-c", _OPEN_AT_ONCE, url, str(tmp_path), str(index)],
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=child_env(),
+        )
+        for index in range(count)
+    ]
+    _wait_for(lambda: len(list(tmp_path.glob("ready-*"))) == count, "every process ready")
+    (tmp_path / "go").touch()
+    outs = [process.communicate(timeout=TIMEOUT)[0] for process in processes]
+    assert [process.returncode for process in processes] == [0] * count, "".join(outs)
+
+
 def test_a_ddp_trial_trains_one_parameter_set_on_both_ranks_and_prunes_on_both(tmp_path):
     config, sweep_dir = _config(tmp_path, max_epochs=3), tmp_path / "sweep"
     sweep_file = _sweep_file(

@@ -8,6 +8,8 @@ share one study.
 """
 
 import contextlib
+import random
+import time
 import warnings
 from pathlib import Path
 from typing import Optional
@@ -28,6 +30,8 @@ __all__ = [
 ]
 
 JOURNAL_FILE = "study.journal"
+# Tries at opening a database whose tables other workers are making at the same moment.
+_OPEN_ATTEMPTS = 5
 _INSTALL = 'pip install "gatle-ignite[sweep]"'
 
 
@@ -70,8 +74,7 @@ def open_storage(where: dict):
         return optuna.storages.JournalStorage(JournalFileBackend(where["journal"]))
     url = where["url"]
     try:
-        # Pings a pooled connection before use: a long trial outlives the server's idle timeout.
-        return optuna.storages.RDBStorage(url, engine_kwargs={"pool_pre_ping": True})
+        return _rdb_storage(optuna, url)
     except ImportError as error:
         raise ConfigError(
             f"the storage {redact_text(url)} needs a database driver that is not installed "
@@ -83,6 +86,24 @@ def open_storage(where: dict):
             f"cannot open the study storage {redact_text(url)}: {first}\n"
             f"  Check that the server is up and the URL names a database this user may use."
         ) from None
+
+
+def _rdb_storage(optuna, url: str):
+    """Optuna's RDB storage at ``url``, its tables made if the database has none.
+
+    Workers started together on a fresh database all make the tables at once, and all but one
+    collide (a duplicate type or table); the next try finds them made.
+    """
+    from sqlalchemy.exc import IntegrityError, ProgrammingError
+
+    # Pings a pooled connection before use: a long trial outlives a server's idle timeout.
+    options = {"pool_pre_ping": True}
+    for _attempt in range(_OPEN_ATTEMPTS - 1):
+        try:
+            return optuna.storages.RDBStorage(url, engine_kwargs=options)
+        except (IntegrityError, ProgrammingError):
+            time.sleep(random.uniform(0.05, 0.5))
+    return optuna.storages.RDBStorage(url, engine_kwargs=options)
 
 
 def build_sampler(name: str, space: dict):
