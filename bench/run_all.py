@@ -29,6 +29,8 @@ BENCHMARKS = {
     "ddp": "bench.ddp",
     "fsdp": "bench.fsdp",
     "cuda": "bench.cuda",
+    "sweep": "bench.sweep",
+    "budget": "bench.budget",
 }
 
 

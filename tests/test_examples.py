@@ -11,7 +11,10 @@ from tests.conftest import ROOT
 CONFIGS = sorted(
     path.relative_to(ROOT).as_posix()
     for path in (ROOT / "examples").glob("*/configs/*.py")
-    if path.name not in ("__init__.py", "base_utils.py")
+    if path.name not in ("__init__.py", "base_utils.py") and not path.stem.endswith("_sweep")
+)
+SWEEPS = sorted(
+    p.relative_to(ROOT).as_posix() for p in (ROOT / "examples").glob("*/configs/*_sweep.py")
 )
 # teacher_student needs a trained teacher first, so EXAMPLES.md exempts it from the smoke run.
 SMOKED = [c for c in CONFIGS if "/teacher_student/" not in c]
@@ -52,6 +55,21 @@ def test_every_config_resolves_its_dotted_paths():
     done = _cli("config", "--config=" + ",".join(CONFIGS))
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.count("all dotted paths resolve.") == len(CONFIGS)
+
+
+@pytest.mark.parametrize("sweep_file", SWEEPS)
+def test_every_example_sweep_passes_the_sweeps_checks(sweep_file, monkeypatch):
+    pytest.importorskip("optuna", reason="the sweep extra is not installed")
+    from gatle_ignite.sweep.checks import check_sweep
+    from gatle_ignite.sweep.definition import load_sweep_file, merge
+
+    monkeypatch.chdir(ROOT)
+    checked = check_sweep(merge({}, load_sweep_file(sweep_file)))
+    assert checked.sweep.trials >= 1 and checked.record.metric
+
+
+def test_the_synthetic_example_ships_a_sweep():
+    assert SWEEPS == ["examples/synthetic/configs/synthetic_sweep.py"]
 
 
 @pytest.mark.slow

@@ -28,6 +28,7 @@ def expected_files(name):
         ".gitignore",
         "configs/base_utils.py",
         f"configs/{name}_v0.py",
+        f"configs/{name}_sweep.py",
         "dataloaders/synthetic_dataset.py",
         "losses/loss_functions/cross_entropy.py",
         "metrics/accuracy.py",
@@ -157,6 +158,7 @@ def test_no_placeholder_or_suffix_survives(project):
 def test_py_files_are_the_synthetic_examples(project):
     renamed = {
         f"configs/{NAME}_v0.py": "configs/synthetic_v0.py",
+        f"configs/{NAME}_sweep.py": "configs/synthetic_sweep.py",
         f"trainer/{NAME}_trainer.py": "trainer/synthetic_trainer.py",
     }
     for relative in sorted(expected_files(NAME)):
@@ -167,6 +169,7 @@ def test_py_files_are_the_synthetic_examples(project):
             source.replace("examples.synthetic.", "")
             .replace("synthetic_trainer", f"{NAME}_trainer")
             .replace('"gatle-synthetic"', f'"{NAME}"')
+            .replace("synthetic_v0.py", f"{NAME}_v0.py")
         )
         assert (project / relative).read_text() == expected, relative
 
@@ -269,6 +272,26 @@ def test_generated_project_passes_config_and_trains(project):
     assert list((project / "checkpoints" / f"{NAME}_v0").glob("latest_epoch_checkpoint_*.pt"))
 
 
+@pytest.mark.slow
+def test_generated_projects_sweep_file_runs_a_sweep(project):
+    pytest.importorskip("optuna", reason="the sweep extra is not installed")
+    # This checkout's package, whichever one the environment's console script runs.
+    sweep = [sys.executable, "-m", "gatle_ignite", "sweep", f"--sweep=configs/{NAME}_sweep.py"]
+    done = subprocess.run(
+        [*sweep, "--trials=2", "--override=max_epochs=1"],
+        cwd=project,
+        env={**clean_env(), "PYTHONPATH": str(ROOT / "src")},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr
+    assert "SWEEP COMPLETE: 2 trials finished" in done.stdout
+    # The baseline the file asks for first is trial 0.
+    assert "trial 0 started: optimizer_params.lr=0.001, model_params.hidden=128" in done.stdout
+    assert (project / "checkpoints" / f"{NAME}_sweep" / "trial_0001" / "run.json").exists()
+
+
 # ----------------------------------------------------------------------------- from a wheel
 
 
@@ -293,7 +316,7 @@ def test_wheel_ships_the_template(wheel):
         for p in TEMPLATE.rglob("*")
         if p.is_file() and "__pycache__" not in p.parts
     }
-    assert len(shipped) == 9
+    assert len(shipped) == 10
     assert shipped <= names
     assert "gatle_ignite/cli/init.py" in names
 

@@ -208,6 +208,15 @@ def test_best_k_draws_only_the_highest_scoring_runs_best_first(folder_of_runs, t
     assert refused.value.code == 2 and "is not a positive whole number" in capsys.readouterr().err
 
 
+def _sweep_record(folder, study):
+    from gatle_ignite.sweep.record import SweepRecord
+
+    fields = {"study": study, "storage": str(folder / "study.journal"), "config": "toy.py"}
+    fields.update(config_fingerprint="0", overrides=[], params={}, metric="valid/acc")
+    fields.update(direction="maximize", trials=4, sampler="tpe", pruner="none")
+    SweepRecord.new(**fields).write(folder)
+
+
 @pytest.fixture(scope="module")
 def sweep(tmp_path_factory):
     """A sweep directory as `gatle-ignite sweep` leaves it: an Optuna journal, sweep.json, and
@@ -217,7 +226,7 @@ def sweep(tmp_path_factory):
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     folder = tmp_path_factory.mktemp("sweep")
-    (folder / "sweep.json").write_text(json.dumps({"study_name": "toy_lr"}))
+    _sweep_record(folder, "toy_lr")
     storage = optuna.storages.JournalStorage(JournalFileBackend(str(folder / "study.journal")))
     study = optuna.create_study(study_name="toy_lr", storage=storage, direction="maximize")
     for _ in range(4):
@@ -226,7 +235,9 @@ def sweep(tmp_path_factory):
         run = folder / "trials" / f"{trial.number:03d}"
         score = _train_lr(run, lr)
         manifest = json.loads((run / "run.json").read_text())
-        manifest.update(sweep="toy_lr", trial=trial.number, params={"optimizer_params.lr": lr})
+        params = {"optimizer_params.lr": lr}
+        manifest["sweep"] = {"sweep_dir": str(folder), "study": "toy_lr", "trial": trial.number}
+        manifest["sweep"]["params"] = params
         (run / "run.json").write_text(json.dumps(manifest))
         study.tell(trial, score)
     return folder

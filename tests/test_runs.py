@@ -162,14 +162,11 @@ def test_a_sweeps_trials_show_their_number_their_parameters_and_pruned(tmp_path,
     for number, lr in enumerate((0.1, 0.01)):
         trial = _lr_run(tmp_path / "sweep" / f"trial_{number}", lr)
         manifest = _manifest(trial)
-        manifest.update(
-            sweep="lr_sweep",
-            trial=number,
-            params={"optimizer_params.lr": lr, "seed": 42},
-            state="pruned" if number else "completed",
-        )
+        params = {"optimizer_params.lr": lr, "seed": 42}
+        sweep = {"sweep_dir": str(tmp_path / "sweep"), "study": "lr_sweep", "trial": number}
+        manifest.update(sweep={**sweep, "params": params})
+        manifest.update(state="pruned" if number else "completed")
         (trial / MANIFEST_FILE).write_text(json.dumps(manifest))
-    (tmp_path / "sweep" / "sweep.json").write_text(json.dumps({"study_name": "lr_sweep"}))
     rows = _csv(_runs(capsys, "--csv", tmp_path / "sweep")[1])
     assert [(row["run"], row["state"]) for row in rows] == [
         ("trial 0", "completed"),

@@ -1,6 +1,7 @@
 """The toy trainer with probes for multi-process tests.
 
-It writes what each rank saw to ``<save_dir>/probe_rank<r>.json`` when training ends, and can
+It writes what each rank saw (its batches, its torch threads, the learning rate its config gave
+it) to ``<save_dir>/probe_rank<r>.json`` when training ends, and can
 inject faults chosen by project fields of the config: ``fault_nan_rank`` / ``fault_nan_from``
 (a NaN loss on one rank from that iteration on), ``fault_crash_rank`` / ``fault_crash_at``
 (an exception on one rank at that iteration), ``fault_sigterm_rank`` / ``fault_sigterm_at`` (that
@@ -118,6 +119,8 @@ class Trainer(ToyTrainer):
             iteration=state.iteration,
             train_sampler=type(getattr(self.dls["train"], "sampler", None)).__name__,
             env_rank=os.environ.get("RANK"),
+            threads=torch.get_num_threads(),
+            lr=self.cfg.optimizer_params.lr,
         )
         out = Path(self.cfg.save_dir)
         out.mkdir(parents=True, exist_ok=True)

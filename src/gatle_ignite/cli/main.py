@@ -26,6 +26,7 @@ usage forms:
   gatle-ignite config --config=CFG.py[,CFG2.py...] [--dry-run] [--override KEY=VALUE]...
   gatle-ignite status SAVE_DIR
   gatle-ignite runs DIR [DIR ...] [--csv] [--provenance]
+  gatle-ignite sweep --config=CFG.py --dir DIR --trials N --param KEY=SPACE... [--workers W]
   gatle-ignite predict --config=CFG.py --out FILE [--ckpt best|latest|PATH] [--split SPLIT]
                        [--with-targets]
   gatle-ignite export --config=CFG.py --format safetensors|pt2|onnx --out DIR
@@ -134,6 +135,11 @@ def _add_tool_parsers(commands) -> None:
     plot.add_argument(
         "--best", type=_positive, metavar="K", help="draw only the K runs with the best score"
     )
+    plot.add_argument(
+        "--storage",
+        metavar="URL",
+        help="a sweep's database URL with its credentials, which its record leaves out",
+    )
 
     runs = commands.add_parser("runs", help="compare runs: one line each, the best score first")
     runs.add_argument(
@@ -193,6 +199,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="also run one batch of every split through prep_batch, the model, loss and metrics",
     )
     _add_tool_parsers(commands)
+    from gatle_ignite.cli.sweep import add_sweep_parser
+
+    add_sweep_parser(commands)
     return parser
 
 
@@ -335,11 +344,16 @@ def _run_command(args: argparse.Namespace) -> int:
     if args.command == "plot":
         from gatle_ignite.cli.plot import run_plot
 
-        return run_plot(args.run_dirs, args.out, best=args.best)
+        return run_plot(args.run_dirs, args.out, best=args.best, storage=args.storage)
     if args.command == "runs":
         from gatle_ignite.cli.runs import run_runs
 
         return run_runs(args.dirs, as_csv=args.csv, provenance=args.provenance)
+    if args.command == "sweep":
+        from gatle_ignite.cli.sweep import run_sweep_command
+
+        _ensure_cwd_importable()
+        return run_sweep_command(args)
     return _CONFIG_COMMANDS[args.command](args, _split_paths(args.config))
 
 

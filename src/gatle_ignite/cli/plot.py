@@ -210,7 +210,9 @@ def _study_stem(out: str, sweep_dir: Path, sweeps: int) -> str:
     return f"{stem}_{sweep_dir.name}" if sweeps > 1 else stem
 
 
-def run_plot(run_dirs: Sequence[str], out: str, best: Optional[int] = None) -> int:
+def run_plot(
+    run_dirs: Sequence[str], out: str, best: Optional[int] = None, storage: Optional[str] = None
+) -> int:
     """The ``plot`` command: draw the runs, and every sweep's study beside them; say where."""
     from gatle_ignite.experiments.study import has_study, require_optuna, write_study_plots
 
@@ -222,7 +224,8 @@ def run_plot(run_dirs: Sequence[str], out: str, best: Optional[int] = None) -> i
     chosen = f"the best {len(paths)}" if best is not None else f"{len(paths)}"
     print(f"PLOT: {len(figure.axes)} metric panel(s) of {chosen} run(s) written to {out}")
     for sweep_dir in sweeps:
-        written = write_study_plots(sweep_dir, _study_stem(out, sweep_dir, len(sweeps)))
+        stem = _study_stem(out, sweep_dir, len(sweeps))
+        written = write_study_plots(sweep_dir, stem, storage)
         if written:
             print(f"STUDY: {', '.join(str(p) for p in written)}")
     return 0

@@ -1,8 +1,9 @@
 """``gatle-ignite status SAVE_DIR``: what a run directory holds, and an exit code to act on.
 
-The exit code is for job scripts: 0 the run is finished (completed or stopped early), 75 it
-can be continued with ``resume=True`` (preempted, killed without a word, or its ``run.json``
-damaged, which a resume rebuilds), 1 it failed or diverged, 3 a live process is training it now.
+The exit code is for job scripts: 0 the run is finished (completed, stopped early or pruned),
+75 it can be continued with ``resume=True`` (preempted, killed without a word, or its
+``run.json`` damaged, which a resume rebuilds), 1 it failed or diverged, 3 a live process is
+training it now.
 """
 
 from pathlib import Path
@@ -22,6 +23,7 @@ EXIT_FINISHED, EXIT_FAILED, EXIT_RUNNING = 0, 1, 3
 _EXIT_CODES = {
     "completed": EXIT_FINISHED,
     "early-stopped": EXIT_FINISHED,
+    "pruned": EXIT_FINISHED,
     "preempted": EXIT_PREEMPTED,
     "interrupted": EXIT_PREEMPTED,
     "failed": EXIT_FAILED,
@@ -63,6 +65,11 @@ def _checkpoint_line(entry) -> str:
     return f"  {entry.file}  ({where}{score})"
 
 
+def _trial_line(trial: dict) -> str:
+    params = ", ".join(f"{key}={value!r}" for key, value in (trial.get("params") or {}).items())
+    return f"trial {trial.get('trial')} of {trial.get('sweep_dir')} ({params})"
+
+
 def run_status(save_dir) -> int:
     """Print the run in ``save_dir`` and return the exit code its state calls for."""
     save_dir = Path(save_dir)
@@ -77,6 +84,8 @@ def run_status(save_dir) -> int:
     print(f"run:      {manifest.name} (id {manifest.run_id}) in {save_dir}")
     print(f"state:    {state}{reason}")
     _print_holder(live)
+    if manifest.sweep:
+        print(f"sweep:    {_trial_line(manifest.sweep)}")
     print(f"trained:  {_progress(manifest)}")
     print(f"config:   {manifest.config_fingerprint}, last written {manifest.updated}")
     _print_checkpoints(manifest.checkpoints)

@@ -237,10 +237,14 @@ def _state(path: Path, manifest: Optional[dict]) -> str:
     return state
 
 
+def _sweep_trial(manifest: Optional[dict]) -> dict:
+    """The sweep trial ``run.json`` says the run is (run.sweep_trial), or ``{}``."""
+    sweep = (manifest or {}).get("sweep")
+    return sweep if isinstance(sweep, dict) else {}
+
+
 def _trial(manifest: Optional[dict]) -> Optional[int]:
-    trial = (manifest or {}).get("trial")
-    if isinstance(trial, dict):
-        trial = trial.get("number")
+    trial = _sweep_trial(manifest).get("trial")
     return trial if isinstance(trial, int) and not isinstance(trial, bool) else None
 
 
@@ -260,7 +264,7 @@ def read_run(path) -> RunSummary:
     score_name = config.get("score_name")
     factor = config.get("score_factor") or 1
     best = _best(entries, score_name)
-    params = (manifest or {}).get("params")
+    params = _sweep_trial(manifest).get("params")
     return RunSummary(
         path=path,
         name=str((manifest or {}).get("name") or config.get("name") or path.name),

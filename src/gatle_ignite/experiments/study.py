@@ -3,24 +3,17 @@
 Optuna is optional (the ``sweep`` extra) and imported only here, when a sweep is drawn.
 """
 
-import json
 import warnings
 from pathlib import Path
+from typing import Optional
 
 from gatle_ignite.dispatch import ConfigError
+from gatle_ignite.redaction import REDACTED
+from gatle_ignite.sweep.record import RECORD_FILE, SweepRecord
+from gatle_ignite.sweep.study import open_storage, where_stored
 
-__all__ = [
-    "STUDY_FILE",
-    "STUDY_PLOTS",
-    "SWEEP_FILE",
-    "has_study",
-    "load_study",
-    "write_study_plots",
-]
+__all__ = ["STUDY_PLOTS", "has_study", "load_study", "require_optuna", "write_study_plots"]
 
-# Where a sweep keeps its study (Optuna's journal storage) and its own description.
-STUDY_FILE = "study.journal"
-SWEEP_FILE = "sweep.json"
 # The file suffix of each plot, and the function of optuna.visualization.matplotlib drawing it.
 STUDY_PLOTS = (
     ("history", "plot_optimization_history"),
@@ -30,7 +23,8 @@ STUDY_PLOTS = (
 
 
 def has_study(sweep_dir) -> bool:
-    return (Path(sweep_dir) / STUDY_FILE).is_file()
+    """Whether ``sweep_dir`` is a sweep's directory (``gatle-ignite sweep`` wrote its record)."""
+    return (Path(sweep_dir) / RECORD_FILE).is_file()
 
 
 def require_optuna(sweep_dir):
@@ -47,40 +41,33 @@ def require_optuna(sweep_dir):
     return optuna
 
 
-def _study_name(sweep_dir: Path, optuna, storage) -> str:
-    """The name ``sweep.json`` records; else the storage's only study."""
-    try:
-        recorded = json.loads((sweep_dir / SWEEP_FILE).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        recorded = {}
-    name = recorded.get("study_name") if isinstance(recorded, dict) else None
-    if isinstance(name, str) and name:
-        return name
-    names = optuna.study.get_all_study_names(storage)
-    if len(names) != 1:
-        raise ConfigError(
-            f"{sweep_dir / STUDY_FILE} holds {len(names)} studies ({', '.join(names)}) and "
-            f"{sweep_dir / SWEEP_FILE} names none.\n"
-            f"  Give the sweep's own directory, as `gatle-ignite sweep` made it."
-        )
-    return names[0]
-
-
-def load_study(sweep_dir):
-    """The Optuna study of the sweep in ``sweep_dir``, read from its journal file."""
-    sweep_dir = Path(sweep_dir)
+def load_study(sweep_dir, storage: Optional[str] = None):
+    """The Optuna study of the sweep in ``sweep_dir``: in its journal file, or in the database
+    ``storage`` names (its record keeps that URL without its credentials)."""
     optuna = require_optuna(sweep_dir)
-    backend = optuna.storages.journal.JournalFileBackend(str(sweep_dir / STUDY_FILE))
-    storage = optuna.storages.JournalStorage(backend)
-    return optuna.load_study(study_name=_study_name(sweep_dir, optuna, storage), storage=storage)
+    record = SweepRecord.read(sweep_dir)
+    where = where_stored(sweep_dir, storage or _recorded_url(record))
+    return optuna.load_study(study_name=record.study, storage=open_storage(where))
 
 
-def write_study_plots(sweep_dir, stem: str) -> list:
+def _recorded_url(record: SweepRecord) -> Optional[str]:
+    url = record.storage
+    if "://" not in url:
+        return None  # the sweep's own journal file
+    if REDACTED in url:
+        raise ConfigError(
+            f"the sweep's study is in {url}, whose credentials are not recorded.\n"
+            f"  Pass the URL with them: --storage URL."
+        )
+    return url
+
+
+def write_study_plots(sweep_dir, stem: str, storage: Optional[str] = None) -> list:
     """Write ``<stem>_history.png``, ``<stem>_importance.png`` and ``<stem>_parallel.png``; a
     plot Optuna cannot draw yet (too few finished trials) is skipped with a warning. Returns the
     paths written."""
     optuna = require_optuna(sweep_dir)
-    study = load_study(sweep_dir)
+    study = load_study(sweep_dir, storage)
     import matplotlib.pyplot as plt
 
     written = []

@@ -20,6 +20,7 @@ import ignite.distributed as idist
 import torch  # noqa: F401
 from ml_collections import config_dict
 
+from gatle_ignite.launch.budget import ranks_share, shares
 from gatle_ignite.launch.ranks import EXIT_PEER_TIMEOUT, supervised
 from gatle_ignite.launch.task import run_task
 from gatle_ignite.launch.world import (
@@ -93,7 +94,7 @@ def launch(cfg: config_dict.ConfigDict, job: Optional[Callable] = None):
     if timeout is not None:
         # ignite hands it on to every spawned rank's init_process_group.
         kwargs["timeout"] = timeout
-    with hidden_from_ignite("SLURM_JOB_ID"), supervised(nproc):
+    with hidden_from_ignite("SLURM_JOB_ID"), supervised(nproc), ranks_share(nproc):
         with idist.Parallel(
             backend=resolve_backend(cfg), nproc_per_node=nproc, **kwargs
         ) as parallel:
@@ -121,11 +122,14 @@ def _relay(stream, prefix: str) -> None:
 def launch_many(
     config_paths: Sequence[Union[str, os.PathLike]], extra_args: Optional[list[str]] = None
 ) -> int:
-    """Train each config as its own ``gatle-ignite train`` child; 0 when all succeed, else 1."""
+    """Train each config as its own ``gatle-ignite train`` child; 0 when all succeed, else 1.
+
+    The children run at once, each on its share of the machine (launch.budget).
+    """
     extra_args = list(extra_args or [])
     ports = random.sample(PORT_RANGE, len(config_paths))
     children = []
-    for path, port in zip(config_paths, ports):
+    for path, port, share in zip(config_paths, ports, shares(len(config_paths))):
         prefix = Path(path).stem
         print(f"Launching: {path} (MASTER_PORT={port})", flush=True)
         command = [sys.executable, "-m", "gatle_ignite", "train", f"--config={path}", *extra_args]
@@ -135,7 +139,7 @@ def launch_many(
             stderr=subprocess.STDOUT,
             text=True,
             bufsize=1,
-            env=_child_env(port),
+            env=share.apply(_child_env(port)),
         )
         relay = threading.Thread(target=_relay, args=(child.stdout, prefix), daemon=True)
         relay.start()

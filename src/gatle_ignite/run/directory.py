@@ -468,6 +468,13 @@ class RunDirectory:
 
     def _finished(self, manifest, payload, iteration, length) -> Optional[str]:
         """Why there is nothing to train, or None when the resume has work to do."""
+        if manifest.state == "pruned":
+            return (
+                f"NOTHING TO DO: the run in {self.path} was pruned by its sweep "
+                f"({manifest.stop_reason}), which makes it finished.{_best_line(manifest)}\n"
+                f"  To train it further, start a new run from its weights in another save_dir "
+                f"with model_checkpoint_dir=<its latest checkpoint>."
+            )
         if not length or iteration % length:
             return None
         epochs = iteration // length

@@ -25,7 +25,7 @@ try:
 except ImportError:  # not a POSIX system: no lock, only the holder's note
     fcntl = None
 
-__all__ = ["RunLock", "holder"]
+__all__ = ["RunLock", "held", "holder"]
 
 
 class _Held:
@@ -178,6 +178,18 @@ def _probe(handle) -> Optional[bool]:
         return None
     fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
     return False
+
+
+def held(save_dir) -> bool:
+    """Whether a process holds ``save_dir``'s lock now: asked of the kernel (a shared probe,
+    released at once), not of the note; the note where the kernel cannot tell."""
+    try:
+        handle = open(Path(save_dir) / LOCK_FILE, encoding="utf-8")
+    except OSError:
+        return False
+    with handle:
+        probed = _probe(handle)
+    return probed if probed is not None else holder(save_dir) is not None
 
 
 def _alive(pid) -> bool:

@@ -17,17 +17,20 @@ from typing import Optional
 from gatle_ignite.redaction import redact
 from gatle_ignite.run.filesystem import write_atomically
 from gatle_ignite.run.layout import MANIFEST_FILE, Entry, parse_checkpoint_name
+from gatle_ignite.run.sweep_trial import trial_record
 
 __all__ = ["STATES", "Entry", "Manifest", "write_atomically"]
 
 FORMAT = 1
 # Every state a run can be left in. "preempted" saved where it stopped; "interrupted" stopped
 # at once (a second Ctrl-C) and resumes from an earlier checkpoint, as does a run found
-# "running" whose lock is free: it was killed.
+# "running" whose lock is free: it was killed. "pruned": its sweep stopped it after an
+# evaluation as clearly behind; it is finished.
 STATES = (
     "running",
     "completed",
     "early-stopped",
+    "pruned",
     "preempted",
     "interrupted",
     "failed",
@@ -60,6 +63,8 @@ class Manifest:
     # One record per process that started or resumed the run (run.provenance); absent before 0.5.
     provenance: list = field(default_factory=list)
     checkpoints: list = field(default_factory=list)
+    # The sweep trial this run is (run.sweep_trial.trial_record), or None.
+    sweep: Optional[dict] = None
     format: int = FORMAT
 
     @classmethod
@@ -71,6 +76,7 @@ class Manifest:
             config=config,
             config_fingerprint=fingerprint,
             host=socket.gethostname(),
+            sweep=trial_record(),
         )
 
     @classmethod
@@ -166,6 +172,7 @@ _MANIFEST_TYPES = {
     "trained_iteration": _COUNT,
     "accepted_changes": (list,),
     "provenance": (list,),
+    "sweep": (dict, type(None)),
     "checkpoints": (list,),
     "format": _COUNT,
 }

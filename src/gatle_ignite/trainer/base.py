@@ -19,6 +19,7 @@ from gatle_ignite.enhancements.early_stop import build_early_stoppers
 from gatle_ignite.run.directory import RunDirectory
 from gatle_ignite.schedulers import attach_scheduler, prep_scheduler
 from gatle_ignite.specs import EVAL_SPECS, TRAIN_SPEC
+from gatle_ignite.sweep.pruning import attach_trial
 from gatle_ignite.trainer.checkpointing import (
     attach_checkpoint_writes,
     attach_checkpoints,
@@ -112,6 +113,8 @@ class BaseTrainer:
         self._checkpoints_for = None
         self._nan_check = None
         self._preemption = None
+        # The report to a sweep's study when this run is one of its trials (sweep.pruning).
+        self._sweep_trial = None
         # The queue of background checkpoint writes (async_save), or None.
         self._writes = None
         # Where the run's time goes (the perf/ records): fit() attaches it; the checkpoint
@@ -423,6 +426,7 @@ class BaseTrainer:
         # First at an epoch's end, so its training time stops before anything else runs.
         self._telemetry.attach_clocks(self.engines)
         self.attach_runner()
+        self._sweep_trial = attach_trial(self)
         trainer = self.engines["trainer"]
         # After the eval runners, so "latest" holds what that epoch's evaluation changed.
         attach_checkpoint_writes(self)

@@ -1,0 +1,124 @@
+"""A trial as a run: its directory, its overrides, its command line, and how it ended.
+
+A trial is the config plus the sweep's overrides, its own ``save_dir`` and ``name``, and its
+parameters as overrides: nothing else, so ``gatle-ignite train`` with those overrides, typed by
+hand, trains the same run.
+"""
+
+import ast
+import shlex
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+from gatle_ignite.run.manifest import Manifest
+from gatle_ignite.trainer.preemption import EXIT_PREEMPTED
+
+__all__ = [
+    "TRIAL_PREFIX",
+    "Outcome",
+    "outcome_of",
+    "param_override",
+    "shown_command",
+    "train_argv",
+    "trial_dir",
+    "trial_name",
+    "trial_overrides",
+]
+
+TRIAL_PREFIX = "trial_"
+_FINISHED = {"completed": "complete", "early-stopped": "complete", "pruned": "pruned"}
+
+
+def trial_name(number: int) -> str:
+    return f"{TRIAL_PREFIX}{number:04d}"
+
+
+def trial_dir(sweep_dir, number: int) -> Path:
+    return Path(sweep_dir) / trial_name(number)
+
+
+def param_override(key: str, value) -> str:
+    """``key=value`` as ``--override`` reads it back: a string bare when it reads back as
+    itself (a path, a name), else the value's literal."""
+    if isinstance(value, str) and _reads_back_as_itself(value):
+        return f"{key}={value}"
+    return f"{key}={value!r}"
+
+
+def _reads_back_as_itself(text: str) -> bool:
+    # The rule --override applies: a Python literal when it is one, else the text itself.
+    try:
+        ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        return text == text.strip() and text != ""
+    return False
+
+
+def trial_overrides(sweep, study: str, number: int, params: dict) -> list:
+    """Every override that makes the config trial ``number`` (``resume`` aside)."""
+    own = [
+        param_override("save_dir", str(trial_dir(sweep.dir, number))),
+        param_override("name", f"{study}-{trial_name(number)}"),
+    ]
+    return [*sweep.overrides, *own, *(param_override(k, v) for k, v in params.items())]
+
+
+def train_argv(config: str, overrides: list, resume: bool) -> list:
+    """The trial's process: ``python -m gatle_ignite train`` with its overrides."""
+    extra = ["--override=resume=True"] if resume else []
+    words = [f"--config={config}", *(f"--override={item}" for item in overrides), *extra]
+    return [sys.executable, "-m", "gatle_ignite", "train", *words]
+
+
+def shown_command(verb: str, config: str, overrides: list, *extra: str) -> str:
+    """A ``gatle-ignite`` command line a person can paste."""
+    words = ["gatle-ignite", verb, f"--config={config}", *(f"--override={o}" for o in overrides)]
+    return " ".join(_shell_word(word) for word in (*words, *extra))
+
+
+def _shell_word(word: str) -> str:
+    quoted = shlex.quote(word)
+    if quoted == word or any(c in word for c in '"$`\\!'):
+        return quoted
+    return f'"{word}"'  # reads better than shlex's quoting of a quote
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How a trial's process ended: ``complete``, ``pruned``, ``failed`` or ``preempted``."""
+
+    state: str
+    reason: str = ""
+
+
+def outcome_of(exit_code: int, save_dir, output_tail: list) -> Outcome:
+    """The trial's outcome, from its process's exit code and its run's ``run.json``."""
+    if exit_code == EXIT_PREEMPTED:
+        return Outcome("preempted")
+    manifest = _manifest(save_dir)
+    state = manifest.state if manifest is not None else None
+    if exit_code == 0 and state in _FINISHED:
+        return Outcome(_FINISHED[state], manifest.stop_reason)
+    if state in ("failed", "diverged") and manifest.stop_reason:
+        return Outcome("failed", f"{state}: {manifest.stop_reason}")
+    return Outcome("failed", _reason_from_output(exit_code, output_tail))
+
+
+def _manifest(save_dir) -> Optional[Manifest]:
+    try:
+        return Manifest.read(save_dir)
+    except (ValueError, TypeError):
+        return None
+
+
+def _reason_from_output(exit_code: int, lines: list) -> str:
+    lines = [line.strip() for line in lines if line.strip()]
+    for index in range(len(lines) - 1, -1, -1):
+        if lines[index].startswith("config error:"):
+            return " ".join(lines[index : index + 3])
+    if exit_code < 0:
+        return f"killed by signal {-exit_code}"
+    last = lines[-1] if lines else "no output"
+    return f"exit code {exit_code}: {last}"
