@@ -83,14 +83,25 @@ def test_a_worker_killed_by_sigsegv_ends_the_run_with_the_main_process_traceback
     assert "Traceback" in out and "DataLoader worker" in out
 
 
-def test_sigint_to_the_main_process_only_ends_the_run(tmp_path):
+def test_sigint_to_the_main_process_only_saves_and_ends_the_run(tmp_path):
     # Data-bound: the signal lands while the main process waits for a batch.
     process = _start(_config(tmp_path, n=256, item_sleep_s=0.05))
     lines = _after_progress_lines(process, 2)
     process.send_signal(signal.SIGINT)  # the main process only; its workers get nothing
     out = _ended(process, lines)
-    assert process.returncode != 0, out[-3000:]
-    assert "KeyboardInterrupt" in out
+    assert process.returncode == 130, out[-3000:]
+    assert "INTERRUPTED by SIGINT" in out and "Traceback" not in out
+
+
+def test_a_second_sigint_to_the_main_process_only_stops_it_without_waiting_on_workers(tmp_path):
+    # The second one stops at once (KeyboardInterrupt in the main process, mid-batch): the run
+    # must still end, not wait forever on workers that ignore the signals.
+    process = _start(_config(tmp_path, n=256, item_sleep_s=0.05))
+    lines = _after_progress_lines(process, 2)
+    process.send_signal(signal.SIGINT)
+    process.send_signal(signal.SIGINT)
+    out = _ended(process, lines)
+    assert process.returncode == 130, out[-3000:]
 
 
 def test_a_corrupt_sample_on_a_spawned_rank_ends_the_node(tmp_path):
