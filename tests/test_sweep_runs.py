@@ -5,6 +5,8 @@ Every sweep here runs the CLI as a user would (`python -m gatle_ignite sweep ...
 checked through what it leaves: the study, each trial's run.json and weights, and its output.
 """
 
+import csv
+import io
 import json
 import re
 import shlex
@@ -147,6 +149,11 @@ def test_a_sweep_finishes_n_trials_each_a_run_of_its_parameters(tmp_path):
         "model_params.hidden": "int(4, 16)",
     }
     assert (record["metric"], record["direction"], record["trials"]) == ("valid/acc", "maximize", 3)
+    # `runs` over the sweep: one row per trial, the best first, its score the study's best.
+    table = _run([sys.executable, "-m", "gatle_ignite", "runs", str(sweep_dir), "--csv"])
+    rows = list(csv.DictReader(io.StringIO(table)))
+    assert len(rows) == 3 and rows[0]["run"] == f"trial {best.number}"
+    assert float(rows[0]["score"]) == pytest.approx(best.value, abs=1e-4)
 
     # The same command asking for one more trial runs only that one.
     more = _run(_argv(config, sweep_dir, *[a for a in args if a != "--trials=3"], "--trials=4"))
