@@ -207,6 +207,24 @@ def test_setup_on_a_finished_runs_config_touches_nothing_and_fit_still_refuses(t
     assert _snapshot(tmp_path / "toy") == before
 
 
+def test_a_run_saving_nothing_trains_beside_a_finished_run_and_writes_nothing_there(tmp_path, cli):
+    # The 0.4 teacher_student verify script: save_ckpt=False in the trained run's save_dir,
+    # setup() to inspect it, then fit() to watch training.
+    config = _config(tmp_path)
+    assert cli("train", config)[0] == 0
+    before = _snapshot(tmp_path / "toy")
+    task = _scripted(config, save_ckpt=False).setup()
+    with pytest.warns(UserWarning, match="save_ckpt=False, so it trains without writing"):
+        task.fit()
+    assert task.engines["trainer"].state.epoch == 2
+    assert _snapshot(tmp_path / "toy") == before
+    # Through the CLI too: it trains, says so, and shows no summary of the other run.
+    with pytest.warns(UserWarning, match="trains without writing anything there"):
+        code, out, _err = cli("train", config, "save_ckpt=False")
+    assert code == 0 and "TRAIN epoch 2" in out and "RUN COMPLETED" not in out
+    assert _snapshot(tmp_path / "toy") == before
+
+
 def test_a_script_calling_setup_before_fit_continues_the_run_as_fit_alone_does(tmp_path, cli):
     config = _config(tmp_path, n_saved=1)
     assert cli("train", config)[0] == 0

@@ -27,6 +27,8 @@ __all__ = [
 BUILTIN_BACKENDS = ("text", "wandb", "discord", "tensorboard", "csv", "mlflow")
 # Entries of logger_name that are trainer flags, not sinks.
 NOT_A_BACKEND = ("pbar",)
+# The built-in sinks that write into save_dir.
+_FILE_SINKS = ("csv", "tensorboard")
 # The package each optional built-in backend needs, which its extra installs.
 _EXTRA_PACKAGES = {
     "wandb": "wandb",
@@ -152,17 +154,20 @@ class LoggingCallback:
     def sinks(self) -> list:
         return [*self.backends, *self._implicit]
 
-    def start(self):
+    def start(self, keep_files: bool = True):
+        """Build the sinks; ``keep_files=False`` leaves out those writing into save_dir (and
+        config.json), for a run that must write nothing there."""
         self.started = True
         if idist.get_rank() != 0:
             return self
-        if self.cfg.get("save_dir"):
+        if self.cfg.get("save_dir") and keep_files:
             write_config_json(self.cfg)
+        skipped = () if keep_files else _FILE_SINKS
         try:
             for name in self.cfg.logger_name:
-                if name not in NOT_A_BACKEND:
+                if name not in NOT_A_BACKEND and name not in skipped:
                     self.backends.append(_build(name, self.cfg))
-            for name in self._implied():
+            for name in self._implied(keep_files):
                 self._implicit.append(_build(name, self.cfg))
         except BaseException:
             # The sinks already built (an open W&B or MLflow run) must not outlive the error.
@@ -170,9 +175,10 @@ class LoggingCallback:
             raise
         return self
 
-    def _implied(self) -> list:
+    def _implied(self, keep_files: bool) -> list:
         named = set(self.cfg.logger_name)
-        implied = ["csv"] if "csv" not in named and self.cfg.get("save_dir") else []
+        kept = keep_files and self.cfg.get("save_dir")
+        implied = ["csv"] if "csv" not in named and kept else []
         if "pbar" in named and "text" not in named:
             implied.append("text")
         return implied

@@ -286,13 +286,14 @@ def _train(args: argparse.Namespace, paths: list[str]) -> int:
     if len(paths) > 1:
         # Each child loads and validates its own config; the parent only fans out.
         return launcher.launch_many(paths, [f"--override={item}" for item in args.override])
-    from gatle_ignite.cli.summary import print_run_summary
+    from gatle_ignite.cli.summary import last_recorded, print_run_summary
 
     cfg = _prepare(args, paths[0])
     _check_components(cfg)
-    started = time.monotonic()
+    started, before = time.monotonic(), last_recorded(cfg.save_dir)
     launcher.launch(cfg)
-    print_run_summary(cfg, paths[0], args.override, time.monotonic() - started)
+    if last_recorded(cfg.save_dir) != before:  # a run saving nothing beside another leaves it
+        print_run_summary(cfg, paths[0], args.override, time.monotonic() - started)
     return 0
 
 

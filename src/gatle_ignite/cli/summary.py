@@ -7,6 +7,7 @@ in ranks it spawned.
 import os
 import time
 from pathlib import Path
+from typing import Optional
 
 from gatle_ignite.cli.time_breakdown import time_breakdown_rows
 from gatle_ignite.redaction import shown_command
@@ -50,6 +51,15 @@ def _latest(manifest: Manifest, save_dir: Path):
 def _logs(save_dir: Path) -> str:
     found = [save_dir / name for name in OWNED_LOGS if (save_dir / name).exists()]
     return ", ".join(str(p) for p in [*found, save_dir / "run.json"])
+
+
+def last_recorded(save_dir) -> Optional[str]:
+    """When the run in ``save_dir`` was last recorded (``run.json``'s ``updated``), or None."""
+    try:
+        manifest = Manifest.read(save_dir)
+    except (OSError, ValueError, TypeError):
+        return None
+    return manifest.updated if manifest is not None else None
 
 
 def print_run_summary(cfg, config: str, overrides, seconds: float) -> None:

@@ -57,7 +57,7 @@ __all__ = [
 class Plan:
     """What opening decided; the same on every rank."""
 
-    action: str  # "fresh", "resume" or "nothing"
+    action: str  # "fresh", "resume", "scratch" or "nothing"
     message: str = ""
     checkpoint: Optional[str] = None
     accepted: list = field(default_factory=list)
@@ -264,6 +264,8 @@ class RunDirectory:
         entries = indexed_view(self.path, found)
         payload = self.payload
         if not self.cfg.resume:
+            if entries and self._keeps_nothing():
+                return self._scratch(found, entries)
             if entries:
                 self._replace_or_refuse(found, entries)
             return self._start(payload)
@@ -277,6 +279,21 @@ class RunDirectory:
         # Still "running" while this process holds the lock: its writer died without a word.
         stale = found is not None and found.state == "running"
         return self._resume(self._adopt(found, entries, payload), payload, stale)
+
+    def _keeps_nothing(self) -> bool:
+        return not self.cfg.get("save_ckpt", True) and not self.cfg.get("replace_run", False)
+
+    def _scratch(self, manifest: Optional[Manifest], entries: list) -> Plan:
+        """A run that saves nothing (save_ckpt=False) beside the run this save_dir holds, as a
+        0.4 script trains one to check a task: it may train, but it writes nothing here."""
+        found = manifest.describe() if manifest else f"{len(entries)} checkpoint(s) of a run"
+        warnings.warn(
+            f"save_dir {self.path} holds {found}; this run has save_ckpt=False, so it trains "
+            f"without writing anything there (no checkpoint, run.json, config.json, metrics.csv "
+            f"or TensorBoard file), and that run stays as it is.",
+            stacklevel=5,
+        )
+        return Plan("scratch")
 
     def _remove_interrupted_writes(self) -> None:
         for leftover in self.path.iterdir():

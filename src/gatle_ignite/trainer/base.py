@@ -334,7 +334,7 @@ class BaseTrainer:
             # Its backends write into save_dir; a run there is fit()'s to resume, replace or
             # refuse, so until fit() has opened it they wait.
             if self._run_is_open() or _is_empty(cfg.get("save_dir")):
-                self.logger.start()
+                self.logger.start(keep_files=self._keeps_files())
         self.build_dataloaders()
         for split, loader in self.dls.items():
             if loader is not None:
@@ -397,12 +397,17 @@ class BaseTrainer:
         plan = self.run_dir.plan if self.run_dir is not None else None
         return plan is not None and plan.action != "nothing"
 
+    def _keeps_files(self) -> bool:
+        """False for a run that may write nothing into save_dir (see RunDirectory._scratch)."""
+        plan = self.run_dir.plan if self.run_dir is not None else None
+        return plan is None or plan.action != "scratch"
+
     def _join_run(self):
         """Bind what a script's setup() built before fit() opened the run to that run."""
         from gatle_ignite.callbacks.logging import LoggingCallback
 
         if isinstance(self.logger, LoggingCallback) and not self.logger.started:
-            self.logger.start()
+            self.logger.start(keep_files=self._keeps_files())
         if self._checkpoints_for is not self.run_dir:
             attach_checkpoints(self)
             self._checkpoints_for = self.run_dir
