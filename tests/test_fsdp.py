@@ -150,8 +150,9 @@ def test_sigkill_then_resume_at_the_same_world_size_is_bit_identical(tmp_path, u
 def test_sigterm_saves_a_sharded_checkpoint_and_the_resume_is_bit_identical(
     tmp_path, uninterrupted
 ):
-    # Agreed at the next step's check, so the stop lands mid-epoch with a latest_iter file.
-    config = _config(tmp_path, "run", save_every_iters=0, check_every=1)
+    # Agreed at the next step's check, so the stop lands mid-epoch with a latest_iter file;
+    # slow iterations keep a loaded machine from reaching the epoch's end first.
+    config = _config(tmp_path, "run", save_every_iters=0, check_every=1, iter_sleep_s=0.5)
     process = _start(config)
     _after_progress_lines(process, 6)
     os.killpg(process.pid, signal.SIGTERM)
