@@ -223,14 +223,11 @@ def _prepare(args: argparse.Namespace, path: str):
 
 
 def _check_components(cfg) -> None:
-    """Every dotted path imports and every named backend's extra is installed: all such
-    mistakes at once, before a run directory is touched or a job waits in a queue."""
-    from gatle_ignite.callbacks.logging import check_extra_installed
-    from gatle_ignite.config.validate import check_dispatch
+    """The pre-flight: every mistake the config alone shows, before a run directory is touched
+    or a job waits in a queue."""
+    from gatle_ignite.config.preflight import preflight
 
-    check_dispatch(cfg)
-    for backend in cfg.get("logger_name", None) or ():
-        check_extra_installed(backend)
+    preflight(cfg)
 
 
 def _check_configs(args: argparse.Namespace, paths: list[str]) -> int:

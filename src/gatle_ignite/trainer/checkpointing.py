@@ -35,6 +35,7 @@ from gatle_ignite.utils.dist import rank_zero_print
 __all__ = [
     "attach_checkpoint_writes",
     "attach_checkpoints",
+    "check_warm_start",
     "load_checkpoints",
     "load_eval_checkpoint",
     "save_iteration_checkpoint",
@@ -291,18 +292,23 @@ def _attach_best(trainer, spec, score_name, score_factor, handlers) -> None:
     trainer._post_eval.setdefault(spec.key, []).append(check_then_save)
 
 
+def check_warm_start(cfg) -> None:
+    """Refuse a ``model_checkpoint_dir`` that names no checkpoint file (or ``.dcp`` directory)."""
+    source = Path(cfg.model_checkpoint_dir)
+    if not (source.is_file() or (source.suffix == ".dcp" and source.is_dir())):
+        raise ConfigError(
+            f"model_checkpoint_dir {cfg.model_checkpoint_dir!r} is not a file.\n"
+            f"  Despite its name it takes a checkpoint FILE, e.g. "
+            f"<save_dir>/latest_epoch_checkpoint_3.pt."
+        )
+
+
 def load_checkpoints(trainer) -> bool:
     """Warm-start weights and/or resume a run; returns whether anything was loaded."""
     cfg = trainer.cfg
     loaded = False
     if cfg.model_checkpoint_dir:
-        source = Path(cfg.model_checkpoint_dir)
-        if not (source.is_file() or (source.suffix == ".dcp" and source.is_dir())):
-            raise ConfigError(
-                f"model_checkpoint_dir {cfg.model_checkpoint_dir!r} is not a file.\n"
-                f"  Despite its name it takes a checkpoint FILE, e.g. "
-                f"<save_dir>/latest_epoch_checkpoint_3.pt."
-            )
+        check_warm_start(cfg)
         rank_zero_print(f"LOADING MODEL FROM: {cfg.model_checkpoint_dir}")
         load_weights(cfg.model_checkpoint_dir, trainer.model, strict=cfg.strict)
         loaded = True
