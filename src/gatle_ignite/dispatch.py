@@ -1,9 +1,13 @@
 """Dotted-path dispatch: every component is a module path plus a fixed entrypoint name."""
 
+import contextlib
+import difflib
 import importlib
 import inspect
+import os
 import pkgutil
 import sys
+from typing import Optional
 
 __all__ = [
     "CONTRACTS",
@@ -124,24 +128,101 @@ def import_module_from_path(path, field=None):
     try:
         return importlib.import_module(path)
     except ImportError as error:
-        builtin = _builtin_named_like(path)
-        fix = (
-            f"  gatle-ignite's own is {' or '.join(repr(b) for b in builtin)}: write its full path."
-            if builtin
-            else "  Check that it is importable from here (run from the project root, or fix "
-            "PYTHONPATH / install the missing package)."
+        raise ConfigError(
+            f"could not import '{path}'{_origin(field)}: {error}\n  {_import_fix(path, error)}"
+        ) from error
+
+
+def _import_fix(path: str, error: ImportError) -> str:
+    """The likeliest fix for a path that does not import: the module when the path names
+    something in it, a near name when a part of it is misspelt, else where to look."""
+    parent, _, last = path.rpartition(".")
+    holder = sys.modules.get(parent) if parent else None
+    if holder is not None and hasattr(holder, last):
+        return (
+            f"'{last}' is a name inside the module '{parent}': a config names the module, and "
+            f"the framework takes its entrypoint from it. Write '{parent}'."
         )
-        raise ConfigError(f"could not import '{path}'{_origin(field)}: {error}\n{fix}") from error
+    builtin = _builtin_named_like(path)
+    if builtin:
+        return (
+            f"gatle-ignite's own is {' or '.join(repr(b) for b in builtin)}: write its full path."
+        )
+    near = _near_path(path, error)
+    if near:
+        return f"Did you mean '{near}'?"
+    return (
+        "Check that it is importable from here (run from the project root, or fix "
+        "PYTHONPATH / install the missing package)."
+    )
+
+
+def _builtin_modules() -> list:
+    """The package's public modules, by full dotted name."""
+    import gatle_ignite
+
+    modules = pkgutil.walk_packages(gatle_ignite.__path__, "gatle_ignite.", onerror=lambda _: None)
+    return [m.name for m in modules if not any(p.startswith("_") for p in m.name.split("."))]
 
 
 def _builtin_named_like(path: str) -> list:
     """The package's modules named as ``path`` ends, for a built-in written without its package
     (``adamw`` for ``gatle_ignite.optimizers.adamw``)."""
-    import gatle_ignite
-
     last = path.rsplit(".", 1)[-1]
-    modules = pkgutil.walk_packages(gatle_ignite.__path__, "gatle_ignite.", onerror=lambda _: None)
-    return [m.name for m in modules if m.name.rsplit(".", 1)[-1] == last and m.name != path]
+    return [name for name in _builtin_modules() if name.rsplit(".", 1)[-1] == last and name != path]
+
+
+# How alike a misspelt part and a real module's name must be to be suggested: a module beside
+# it, or a built-in ('cosin' for 'cosine', not 'nadam9' for 'adam').
+_NEAR = 0.75
+_NEAR_BUILTIN = 0.85
+# Where the built-ins a config names live.
+_COMPONENT_PACKAGES = (
+    "gatle_ignite.optimizers.",
+    "gatle_ignite.schedulers.",
+    "gatle_ignite.losses.",
+)
+
+
+def _modules_in(folders: list) -> list:
+    """The modules and packages in ``folders``, namespace packages (plain folders) included."""
+    names = {module.name for module in pkgutil.iter_modules(folders)}
+    for folder in folders:
+        with contextlib.suppress(OSError, TypeError):
+            names.update(
+                entry.name
+                for entry in os.scandir(folder or ".")
+                if entry.is_dir() and entry.name.isidentifier()
+            )
+    return sorted(names)
+
+
+def _near_path(path: str, error: ImportError) -> Optional[str]:
+    """``path`` with its first missing part replaced by the closest module beside it, or by the
+    closest built-in; None when the failure is not that part missing (a package the module
+    itself imports) or nothing is close."""
+    missing = getattr(error, "name", None)
+    if not isinstance(error, ModuleNotFoundError) or not missing:
+        return None
+    if path != missing and not path.startswith(f"{missing}."):
+        return None
+    parent, _, last = missing.rpartition(".")
+    rest = path[len(missing) :]
+    package = sys.modules.get(parent) if parent else None
+    if parent and not hasattr(package, "__path__"):
+        return None
+    siblings = _modules_in(list(package.__path__) if parent else sys.path)
+    match = difflib.get_close_matches(last, siblings, n=1, cutoff=_NEAR)
+    if match:
+        return f"{parent}.{match[0]}{rest}" if parent else f"{match[0]}{rest}"
+    by_last = {
+        name.rsplit(".", 1)[-1]: name
+        for name in _builtin_modules()
+        if name.startswith(_COMPONENT_PACKAGES)
+    }
+    last = path.rsplit(".", 1)[-1]
+    match = difflib.get_close_matches(last, sorted(by_last), n=1, cutoff=_NEAR_BUILTIN)
+    return by_last[match[0]] if match else None
 
 
 def import_entrypoint(path, attr, field=None):

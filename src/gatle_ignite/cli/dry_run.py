@@ -1,7 +1,8 @@
 """``gatle-ignite config --dry-run``: one batch of every split through the whole chain.
 
 Each split's first batch goes through ``prep_batch``, the model, the loss (train split) and
-the metrics, and the shapes are printed. The trainer is built in inference mode and nothing
+the metrics, and the shapes are printed; the score fields are checked against the metrics
+computed. The trainer is built in inference mode and nothing
 is written: a failure names the stage it happened in, as a config error.
 """
 
@@ -19,6 +20,7 @@ from ml_collections import config_dict
 import gatle_ignite
 from gatle_ignite.dispatch import ConfigError, import_entrypoint
 from gatle_ignite.specs import EngineSpec
+from gatle_ignite.trainer.checks import check_scores
 
 __all__ = ["describe", "dry_run"]
 
@@ -36,6 +38,8 @@ def dry_run(cfg: config_dict.ConfigDict) -> None:
     with _stage("setup"):
         Trainer = import_entrypoint(cfg.main_runner, "Trainer", field="main_runner")
         trainer = Trainer(0, cfg).setup()
+    # engine key -> the metric names attached to it, for the engines training runs.
+    produced = {}
     for spec in (trainer.train_spec(), *trainer.eval_specs()):
         loader = trainer.dls.get(spec.split)
         print()
@@ -49,7 +53,13 @@ def dry_run(cfg: config_dict.ConfigDict) -> None:
             output = _default_step(trainer, spec, batch)
         else:
             output = _own_step(trainer, spec, batch)
-        _run_metrics(trainer, spec, output)
+        names = _run_metrics(trainer, spec, output)
+        if spec.every_field is None or spec.cadence(cfg) > 0:
+            produced[spec.key] = names
+    if type(trainer).attach_metrics is BaseTrainer.attach_metrics:
+        with _stage("the score check"):
+            # What setup() checks when it trains, against the metrics just attached.
+            check_scores(cfg, trainer.eval_specs(), produced)
     print()
     print("dry run: every split went through the chain.")
 
@@ -127,8 +137,9 @@ def _own_step(trainer, spec, batch) -> dict:
     return output
 
 
-def _run_metrics(trainer, spec, output: dict) -> None:
-    """Attach the split's metrics to a one-iteration engine that yields ``output``."""
+def _run_metrics(trainer, spec, output: dict) -> Optional[list]:
+    """Attach the split's metrics to a one-iteration engine that yields ``output``; returns
+    the names attached."""
     from ignite.engine import Engine
 
     engine = Engine(lambda _engine, _batch: output)
@@ -136,7 +147,7 @@ def _run_metrics(trainer, spec, output: dict) -> None:
     engine.logger = logging.getLogger(f"{__name__}.metrics")
     engine.logger.setLevel(logging.CRITICAL)
     with _stage("metric", spec):
-        trainer.init_metrics(
+        attached = trainer.init_metrics(
             engine,
             spec.engine_type,
             trainer.cfg.get(spec.metrics_field, {}),
@@ -147,6 +158,8 @@ def _run_metrics(trainer, spec, output: dict) -> None:
         engine.run([None], max_epochs=1)
     for name, value in engine.state.metrics.items():
         print(f"  {name}: {describe(value)}")
+    # An override of init_metrics may return nothing; training then checks no score either.
+    return list(attached) if hasattr(attached, "keys") else None
 
 
 def describe(value) -> str:

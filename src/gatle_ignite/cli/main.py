@@ -23,7 +23,7 @@ usage forms:
   gatle-ignite init NAME [--dir DIR] [--force]
   gatle-ignite train --config=CFG.py[,CFG2.py...] [--override KEY=VALUE]...
   gatle-ignite eval --config=CFG.py [--ckpt best|latest|PATH] [--override KEY=VALUE]...
-  gatle-ignite config --config=CFG.py[,CFG2.py...] [--dry-run] [--override KEY=VALUE]...
+  gatle-ignite config --config=CFG.py[,CFG2.py...] [--dry-run] [--all] [--override KEY=VALUE]...
   gatle-ignite status SAVE_DIR
   gatle-ignite runs DIR [DIR ...] [--csv] [--provenance]
   gatle-ignite sweep --config=CFG.py --dir DIR --trials N --param KEY=SPACE... [--workers W]
@@ -191,12 +191,18 @@ def build_parser() -> argparse.ArgumentParser:
     merge.add_argument("source", metavar="SRC.dcp", help="a sharded checkpoint directory")
     merge.add_argument("out", metavar="OUT.pt", help="the file to write")
 
-    check = commands.add_parser("config", help="print and check configs without training")
+    check = commands.add_parser(
+        "config", help="print what a config sets apart from the defaults, and check it, untrained"
+    )
     _add_config_args(check, "config file, or comma-separated files")
     check.add_argument(
         "--dry-run",
         action="store_true",
-        help="also run one batch of every split through prep_batch, the model, loss and metrics",
+        help="also run one batch of every split through prep_batch, the model, loss and metrics "
+        "(the config itself is not printed)",
+    )
+    check.add_argument(
+        "--all", action="store_true", help="print every field, not only those that differ"
     )
     _add_tool_parsers(commands)
     from gatle_ignite.cli.sweep import add_sweep_parser
@@ -232,23 +238,21 @@ def _prepare(args: argparse.Namespace, path: str):
 
 
 def _check_components(cfg) -> None:
-    """Every dotted path imports and every named backend's extra is installed: all such
-    mistakes at once, before a run directory is touched or a job waits in a queue."""
-    from gatle_ignite.callbacks.logging import check_extra_installed
-    from gatle_ignite.config.validate import check_dispatch
+    """The pre-flight: every mistake the config alone shows, before a run directory is touched
+    or a job waits in a queue."""
+    from gatle_ignite.config.preflight import preflight
 
-    check_dispatch(cfg)
-    for backend in cfg.get("logger_name", None) or ():
-        check_extra_installed(backend)
+    preflight(cfg)
 
 
 def _check_configs(args: argparse.Namespace, paths: list[str]) -> int:
-    from gatle_ignite.callbacks.run_record import redacted_config_text
+    from gatle_ignite.cli.config_text import config_text
 
     for path in paths:
         print(f"===== {path} =====")
         cfg = _prepare(args, path)
-        print(redacted_config_text(cfg))
+        if args.all or not args.dry_run:
+            print(config_text(cfg, every_field=args.all))
         _check_components(cfg)
         print()
         print("all dotted paths resolve.")

@@ -8,7 +8,7 @@ from ml_collections import config_dict
 from gatle_ignite import dispatch
 from gatle_ignite.callbacks.logging import BUILTIN_BACKENDS, NOT_A_BACKEND
 from gatle_ignite.config.base import REQUIRED_FIELDS
-from gatle_ignite.config.names import misspelt_fields
+from gatle_ignite.config.names import HINT_CUTOFF, closest, misspelt_fields
 from gatle_ignite.config.values import check_values
 from gatle_ignite.dispatch import ConfigError
 from gatle_ignite.enhancements.compile import check_compile_value
@@ -144,6 +144,18 @@ def _dotted_paths(cfg):
             yield entry, "Backend", "logger_name"
 
 
+def _backend_hint(error: str, entry: str) -> str:
+    """A ``logger_name`` entry that does not import, told the built-in name it resembles."""
+    builtin = (*BUILTIN_BACKENDS, *NOT_A_BACKEND)
+    meant = closest(entry, builtin, HINT_CUTOFF) if "." not in entry else None
+    if meant is None:
+        return error
+    return (
+        f"{error.splitlines()[0]}\n  Did you mean the built-in {meant!r}? The built-in names: "
+        f"{', '.join(map(repr, builtin))}; any other entry is a module exposing Backend."
+    )
+
+
 def check_dispatch(cfg: config_dict.ConfigDict) -> config_dict.ConfigDict:
     """Import every dotted path the config names; report all failures in one ConfigError."""
     errors: list[str] = []
@@ -151,7 +163,9 @@ def check_dispatch(cfg: config_dict.ConfigDict) -> config_dict.ConfigDict:
         try:
             dispatch.import_entrypoint(path, entrypoint, field=field)
         except ConfigError as error:
-            errors.append(str(error))
+            errors.append(
+                _backend_hint(str(error), path) if entrypoint == "Backend" else str(error)
+            )
     if errors:
         listed = "\n\n".join(f"  - {error}" for error in errors)
         raise ConfigError(

@@ -9,6 +9,7 @@ from collections.abc import Mapping
 
 from gatle_ignite.callbacks.run_record import shown_value
 from gatle_ignite.dispatch import ConfigError
+from gatle_ignite.utils.amp import AMP_DTYPES
 
 __all__ = ["check_values"]
 
@@ -27,8 +28,10 @@ def _is_mapping(value) -> bool:
 
 # (fields, accepts(value), what the value must be). None passes only where a rule says so.
 _RULES = (
-    # accum_steps and amp_dtype are checked where the trainer reads them (setup, __init__).
     (("max_epochs", "log_every"), lambda v: _is_int(v) and v >= 1, "an int >= 1"),
+    # The trainer's own words for it, which it says again when a script builds one.
+    (("accum_steps",), lambda v: _is_int(v) and v >= 1, "an integer >= 1"),
+    (("amp_dtype",), lambda v: v in AMP_DTYPES, f"one of {', '.join(map(repr, AMP_DTYPES))}"),
     (
         ("every_val", "every_test", "early_stop_patience", "early_stop_after", "save_every_iters"),
         lambda v: _is_int(v) and v >= 0,
@@ -99,6 +102,11 @@ _RULES = (
         ("name", "save_dir", "project_name", "model_checkpoint_dir", "dist_backend"),
         lambda v: v is None or isinstance(v, str),
         "a string",
+    ),
+    (
+        ("lr_scheduler",),
+        lambda v: v is None or (isinstance(v, str) and v != ""),
+        "None (no schedule) or a dotted module path",
     ),
     (
         ("score_name", "tester_score_name", "load_from_ckpt"),

@@ -11,12 +11,25 @@ from torch.utils.data import DataLoader, Sampler
 from gatle_ignite.dispatch import ConfigError, call_with_params, import_entrypoint
 
 __all__ = [
+    "LOADER_KEYS",
     "ExactDistributedSampler",
     "build_dataloader",
     "get_aug",
     "get_dataset",
     "resolve_collate_fn",
 ]
+
+# The keys of a *_ds_params that build_dataloader reads; get_ds reads the others.
+LOADER_KEYS = (
+    "bs",
+    "num_workers",
+    "shuffle",
+    "drop_last",
+    "pin_memory",
+    "exact_sharding",
+    "collate_fn",
+    "sampler_params",
+)
 
 
 def get_dataset(

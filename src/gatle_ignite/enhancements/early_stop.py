@@ -5,7 +5,7 @@ from ignite.handlers import EarlyStopping
 
 from gatle_ignite.dispatch import ConfigError
 
-__all__ = ["EarlyStop", "build_early_stoppers", "early_stop_settings"]
+__all__ = ["EarlyStop", "build_early_stoppers", "early_stop_settings", "unbuilt_engine_error"]
 
 # The state keys ignite has always written; newer keys are filled in when an old state lacks them.
 _CARRIED = ("counter", "best_score")
@@ -31,6 +31,17 @@ def early_stop_settings(spec, cfg):
     return int(patience), int(after)
 
 
+def unbuilt_engine_error(spec, cfg) -> ConfigError:
+    """The error for a patience set on an engine this config never builds."""
+    every = cfg.get(spec.every_field, None) if spec.every_field else None
+    return ConfigError(
+        f"cfg.{spec.early_stop_patience_field} asks to stop on the '{spec.engine_type}' "
+        f"engine, which this config never builds (cfg.{spec.every_field} = {every!r}, or "
+        f"no dataloader).\n"
+        f"  Give it a dataset and a cadence >= 1, or set the patience to 0."
+    )
+
+
 def build_early_stoppers(specs, engines, cfg, score_function) -> dict:
     built = {}
     for spec in specs:
@@ -38,13 +49,7 @@ def build_early_stoppers(specs, engines, cfg, score_function) -> dict:
         if settings is None:
             continue
         if engines.get(spec.key) is None:
-            every = cfg.get(spec.every_field, None) if spec.every_field else None
-            raise ConfigError(
-                f"cfg.{spec.early_stop_patience_field} asks to stop on the '{spec.engine_type}' "
-                f"engine, which this config never builds (cfg.{spec.every_field} = {every!r}, or "
-                f"no dataloader).\n"
-                f"  Give it a dataset and a cadence >= 1, or set the patience to 0."
-            )
+            raise unbuilt_engine_error(spec, cfg)
         patience, after = settings
         built[f"early_stop_{spec.engine_type}"] = EarlyStop(
             spec=spec,

@@ -1,5 +1,6 @@
 """The composite criterion: a weighted, optionally iteration-gated sum of config-built losses."""
 
+import difflib
 from collections.abc import Mapping
 from typing import Any, Optional
 
@@ -8,9 +9,13 @@ from torch import nn
 
 from gatle_ignite.dispatch import ConfigError, import_entrypoint
 
-__all__ = ["Loss"]
+__all__ = ["ENTRY_KEYS", "Loss", "check_entries"]
 
 _REQUIRED = ("cls_name", "weight")
+# Every key an entry of dict_of_loss_params is read for.
+ENTRY_KEYS = (*_REQUIRED, "loss_params", "start_iteration", "end_iteration")
+# How alike a key must be to one of those to be taken for its misspelling ('weigth', 'loss_param').
+_TYPO = 0.8
 
 
 def _device_of(y_pred: Any) -> torch.device:
@@ -24,6 +29,31 @@ def _device_of(y_pred: Any) -> torch.device:
     return torch.device("cpu")
 
 
+def check_entries(dict_of_loss_params: Mapping[str, Mapping[str, Any]]) -> None:
+    """Refuse an empty mapping, an entry without a required key, or one with a misspelt key,
+    which would be read as absent."""
+    if not dict_of_loss_params:
+        raise ConfigError(
+            "criterion_params.dict_of_loss_params is empty.\n"
+            "  Add at least one sub-loss: {<key>: {'cls_name': <dotted path>, 'weight': 1.0}}."
+        )
+    for key, entry in dict_of_loss_params.items():
+        for name in entry:
+            meant = difflib.get_close_matches(str(name), ENTRY_KEYS, n=1, cutoff=_TYPO)
+            if name not in ENTRY_KEYS and meant:
+                raise ConfigError(
+                    f"loss entry {key!r} has {name!r}, which the composite never reads: did you "
+                    f"mean {meant[0]!r}?\n  An entry's keys: {', '.join(ENTRY_KEYS)}."
+                )
+        for name in _REQUIRED:
+            if entry.get(name) is None:
+                raise ConfigError(
+                    f"loss entry {key!r} is missing {name!r}.\n"
+                    f"  Every entry of dict_of_loss_params needs a 'cls_name' (a module "
+                    f"exposing Loss) and a 'weight'."
+                )
+
+
 class Loss(nn.Module):
     """Sum of ``weight * term(y_pred, target, iteration)`` over the active entries.
 
@@ -32,22 +62,11 @@ class Loss(nn.Module):
 
     def __init__(self, dict_of_loss_params: Mapping[str, Mapping[str, Any]]) -> None:
         super().__init__()
-        if not dict_of_loss_params:
-            raise ConfigError(
-                "criterion_params.dict_of_loss_params is empty.\n"
-                "  Add at least one sub-loss: {<key>: {'cls_name': <dotted path>, 'weight': 1.0}}."
-            )
+        check_entries(dict_of_loss_params)
         self.dict_loss_functions = nn.ModuleDict()
         self.weighting: dict[str, float] = {}
         self.gating: dict[str, tuple[Optional[int], Optional[int]]] = {}
         for key, entry in dict_of_loss_params.items():
-            for name in _REQUIRED:
-                if entry.get(name) is None:
-                    raise ConfigError(
-                        f"loss entry {key!r} is missing {name!r}.\n"
-                        f"  Every entry of dict_of_loss_params needs a 'cls_name' (a module "
-                        f"exposing Loss) and a 'weight'."
-                    )
             loss_cls = import_entrypoint(
                 entry["cls_name"], "Loss", field=f"dict_of_loss_params.{key}.cls_name"
             )

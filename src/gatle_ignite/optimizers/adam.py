@@ -9,6 +9,10 @@ from torch import nn
 
 __all__ = ["get_optimizer"]
 
+# Where get_optimizer's **kwargs go, with the arguments it gives there itself: the config
+# check accepts the other keywords of torch.optim.Adam in optimizer_params.
+KWARGS_GO_TO = ((torch.optim.Adam, ("params",)),)
+
 
 def get_optimizer(
     model: nn.Module,

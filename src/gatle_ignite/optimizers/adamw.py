@@ -11,6 +11,10 @@ from gatle_ignite.optimizers.grouping import get_grouped_params
 
 __all__ = ["get_optimizer"]
 
+# Where get_optimizer's **kwargs go, with the arguments it gives there itself: the config
+# check accepts the other keywords of torch.optim.AdamW in optimizer_params.
+KWARGS_GO_TO = ((torch.optim.AdamW, ("params",)),)
+
 
 def get_optimizer(
     model: nn.Module,

@@ -11,6 +11,10 @@ from gatle_ignite.dispatch import ConfigError
 
 __all__ = ["get_optimizer"]
 
+# Where get_optimizer's **kwargs go, with the arguments it gives there itself: the config
+# check accepts the other keywords of torch.optim.AdamW in optimizer_params.
+KWARGS_GO_TO = ((torch.optim.AdamW, ("params",)),)
+
 # Parameters before the first block share the lowest learning rate.
 _EMBEDDING_TOKENS = ("cls_token", "mask_token", "pos_embed", "patch_embed")
 

@@ -148,6 +148,8 @@ def eval_checkpoint(save_dir, which: str, prefix: str = "valid_"):
             raise ConfigError(
                 f"--ckpt {which!r} is neither 'best', 'latest' nor an existing checkpoint file."
             )
+        if _is_run_directory(path):
+            raise _run_directory_error(path, save_dir)
         return path, _load_named(path)
     engine = prefix[:-1] if prefix.endswith("_") else prefix
 
@@ -158,6 +160,27 @@ def eval_checkpoint(save_dir, which: str, prefix: str = "valid_"):
         return list(reversed(bests))
 
     return _loaded(save_dir, listing, "best")
+
+
+def _is_run_directory(path: Path) -> bool:
+    """A save_dir (it holds a run's record or its checkpoints), not a sharded checkpoint."""
+    if not path.is_dir() or (path / ".metadata").exists():
+        return False
+    records = (path / MANIFEST_FILE).exists() or (path / CONFIG_FILE).exists()
+    return records or bool(checkpoint_files(path))
+
+
+def _run_directory_error(path: Path, save_dir) -> ConfigError:
+    files = sorted(p.name for p in checkpoint_files(path))
+    example = f", e.g. --ckpt {path / files[0]}" if files else ""
+    if save_dir is not None and path.resolve() == Path(save_dir).resolve():
+        choose = "It is this config's save_dir: pass --ckpt best or --ckpt latest"
+    else:
+        choose = f"Point save_dir at it: --override save_dir={path} --ckpt best (or latest)"
+    return ConfigError(
+        f"--ckpt {str(path)!r} is a run directory, not a checkpoint.\n"
+        f"  {choose}; or name one of its checkpoint files{example}."
+    )
 
 
 # A run training in the directory may rotate out every file of a listing before it is read;

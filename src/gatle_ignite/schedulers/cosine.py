@@ -10,6 +10,10 @@ from gatle_ignite.schedulers._utils import base_lr, steps_per_epoch
 
 __all__ = ["get_scheduler"]
 
+# Where get_scheduler's **kwargs go, with the arguments it gives there itself: the config
+# check accepts the other keywords of ignite's CosineAnnealingScheduler in lr_scheduler_params.
+KWARGS_GO_TO = ((CosineAnnealingScheduler, ("optimizer", "param_name", "cycle_size")),)
+
 
 def get_scheduler(
     cfg: Any,

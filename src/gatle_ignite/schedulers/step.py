@@ -9,6 +9,10 @@ from torch.optim.lr_scheduler import StepLR
 
 __all__ = ["get_scheduler"]
 
+# Where get_scheduler's **kwargs go, with the arguments it gives there itself: the config
+# check accepts the other keywords of StepLR in lr_scheduler_params.
+KWARGS_GO_TO = ((StepLR, ("optimizer",)),)
+
 
 def get_scheduler(
     cfg: Any,

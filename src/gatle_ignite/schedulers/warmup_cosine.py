@@ -14,6 +14,16 @@ __all__ = ["MIN_WARMUP_EVENTS", "get_scheduler"]
 # ignite's warm-up helper rejects a warm-up of a single event.
 MIN_WARMUP_EVENTS = 2
 
+# Where get_scheduler's **kwargs go, with the arguments it gives there itself: the config
+# check accepts the other keywords of ignite's create_lr_scheduler_with_warmup in
+# lr_scheduler_params.
+KWARGS_GO_TO = (
+    (
+        create_lr_scheduler_with_warmup,
+        ("lr_scheduler", "warmup_start_value", "warmup_end_value", "warmup_duration"),
+    ),
+)
+
 
 def get_scheduler(
     cfg: Any,

@@ -6,18 +6,23 @@ business (``gatle_ignite.run``); this module only hands it the trainer's objects
 
 import math
 import warnings
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Optional
 
 import ignite.distributed as idist
 import torch
 from ignite.engine import Events
 from ignite.handlers import Checkpoint, global_step_from_engine
 
+from gatle_ignite.callbacks.run_record import config_payload
+from gatle_ignite.config.base import base_config
 from gatle_ignite.dispatch import ConfigError
 from gatle_ignite.run.directory import eval_checkpoint, latest_checkpoint
 from gatle_ignite.run.exact_resume import ResumableLoader, ResumeState
 from gatle_ignite.run.layout import LATEST_ITER_PREFIX, LATEST_PREFIX, best_prefix_for
 from gatle_ignite.run.loading import RunMeta, load_weights, restore
+from gatle_ignite.run.model_fit import misfit_message, recorded_changes, tensor_differences
 from gatle_ignite.run.saving import BackgroundWrites, RunSaver
 from gatle_ignite.run.unchanged_state import LastWrite
 from gatle_ignite.trainer.accepted_changes import (
@@ -35,6 +40,7 @@ from gatle_ignite.utils.dist import rank_zero_print
 __all__ = [
     "attach_checkpoint_writes",
     "attach_checkpoints",
+    "check_warm_start",
     "load_checkpoints",
     "load_eval_checkpoint",
     "save_iteration_checkpoint",
@@ -291,18 +297,23 @@ def _attach_best(trainer, spec, score_name, score_factor, handlers) -> None:
     trainer._post_eval.setdefault(spec.key, []).append(check_then_save)
 
 
+def check_warm_start(cfg) -> None:
+    """Refuse a ``model_checkpoint_dir`` that names no checkpoint file (or ``.dcp`` directory)."""
+    source = Path(cfg.model_checkpoint_dir)
+    if not (source.is_file() or (source.suffix == ".dcp" and source.is_dir())):
+        raise ConfigError(
+            f"model_checkpoint_dir {cfg.model_checkpoint_dir!r} is not a file.\n"
+            f"  Despite its name it takes a checkpoint FILE, e.g. "
+            f"<save_dir>/latest_epoch_checkpoint_3.pt."
+        )
+
+
 def load_checkpoints(trainer) -> bool:
     """Warm-start weights and/or resume a run; returns whether anything was loaded."""
     cfg = trainer.cfg
     loaded = False
     if cfg.model_checkpoint_dir:
-        source = Path(cfg.model_checkpoint_dir)
-        if not (source.is_file() or (source.suffix == ".dcp" and source.is_dir())):
-            raise ConfigError(
-                f"model_checkpoint_dir {cfg.model_checkpoint_dir!r} is not a file.\n"
-                f"  Despite its name it takes a checkpoint FILE, e.g. "
-                f"<save_dir>/latest_epoch_checkpoint_3.pt."
-            )
+        check_warm_start(cfg)
         rank_zero_print(f"LOADING MODEL FROM: {cfg.model_checkpoint_dir}")
         load_weights(cfg.model_checkpoint_dir, trainer.model, strict=cfg.strict)
         loaded = True
@@ -408,6 +419,21 @@ def _warn_if_epoch_length_changed(trainer, engine_state) -> None:
         )
 
 
+def _misfit(trainer, ckpt, state) -> Optional[ConfigError]:
+    """The error for a checkpoint whose model differs from the one the config built, naming
+    the tensors and the config fields that differ; None when that is not why it failed."""
+    saved = state.get("model") if isinstance(state, dict) else None
+    if not isinstance(saved, Mapping):
+        return None
+    model = getattr(trainer.model, "module", trainer.model)
+    differences = tensor_differences(saved, model.state_dict())
+    if not differences:
+        return None
+    payload, defaults = config_payload(trainer.cfg), config_payload(base_config())
+    changes = recorded_changes(Path(ckpt).parent, payload, defaults)
+    return ConfigError(misfit_message(ckpt, differences, changes))
+
+
 def load_eval_checkpoint(trainer):
     """Load the weights (and extra state) that ``gatle-ignite eval`` evaluates."""
     cfg = trainer.cfg
@@ -420,7 +446,13 @@ def load_eval_checkpoint(trainer):
         )
     ckpt, state = chosen
     rank_zero_print(f"LOADING CHECKPOINT: {ckpt}")
-    restore(_targets(trainer, {"model": trainer.model}, state, cfg.strict), state, cfg.strict)
+    try:
+        restore(_targets(trainer, {"model": trainer.model}, state, cfg.strict), state, cfg.strict)
+    except RuntimeError as error:
+        explained = _misfit(trainer, ckpt, state)
+        if explained is None:
+            raise
+        raise explained from error
     for key, obj in trainer.extra_to_save().items():
         if key in state:
             restore({key: obj}, state)

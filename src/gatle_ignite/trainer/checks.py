@@ -5,8 +5,10 @@ A ``prep_batch`` that returns the wrong thing, a model whose ``forward`` refuses
 batches.
 """
 
+import difflib
 import inspect
 from collections.abc import Mapping
+from typing import Optional
 
 import torch
 
@@ -18,7 +20,11 @@ __all__ = [
     "check_scores",
     "explain_forward_error",
     "explain_output_error",
+    "score_refusal",
 ]
+
+# How alike a score name and a metric's must be for the metric to be suggested.
+_NEAR_NAME = 0.6
 
 
 def _shape_of(value) -> str:
@@ -94,12 +100,22 @@ def check_scores(cfg, specs, metric_names: dict) -> None:
         names = metric_names.get(spec.key)
         if not isinstance(score_name, str) or not score_name or names is None:
             continue
-        if score_name not in names:
-            raise ConfigError(
-                f"cfg.{spec.score_field} = {score_name!r}, but the '{spec.key}' engine produces "
-                f"{sorted(names)}.\n"
-                f"  Name one of those, or add the metric to cfg.{spec.metrics_field}."
-            )
+        refusal = score_refusal(spec, score_name, names)
+        if refusal is not None:
+            raise ConfigError(refusal)
+
+
+def score_refusal(spec, score_name: str, names) -> Optional[str]:
+    """What is wrong with ``score_name`` when ``spec``'s engine produces only ``names``."""
+    if score_name in names:
+        return None
+    meant = difflib.get_close_matches(score_name, sorted(names), n=1, cutoff=_NEAR_NAME)
+    hint = f" Did you mean {meant[0]!r}?" if meant else ""
+    return (
+        f"cfg.{spec.score_field} = {score_name!r}, but the '{spec.key}' engine produces "
+        f"{sorted(names)}.{hint}\n"
+        f"  Name one of those, or add the metric to cfg.{spec.metrics_field}."
+    )
 
 
 def check_not_empty(split: str, loader) -> None:

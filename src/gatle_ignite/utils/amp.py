@@ -5,15 +5,15 @@ import torch
 
 from gatle_ignite.dispatch import ConfigError
 
-__all__ = ["autocast_device_type", "resolve_amp_dtype"]
+__all__ = ["AMP_DTYPES", "autocast_device_type", "resolve_amp_dtype"]
 
-_CHOICES = ("auto", "bf16", "fp16", "fp32")
+AMP_DTYPES = ("auto", "bf16", "fp16", "fp32")
 
 
 def resolve_amp_dtype(amp_dtype="auto"):
     """``(dtype, autocast_enabled)`` for ``cfg.amp_dtype``."""
-    if amp_dtype not in _CHOICES:
-        raise ConfigError(f"amp_dtype must be one of {_CHOICES}, got {amp_dtype!r}")
+    if amp_dtype not in AMP_DTYPES:
+        raise ConfigError(f"amp_dtype must be one of {AMP_DTYPES}, got {amp_dtype!r}")
     on_cuda = idist.device().type == "cuda"
     if amp_dtype == "fp32":
         return torch.float32, False

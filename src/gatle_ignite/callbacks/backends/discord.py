@@ -9,7 +9,7 @@ from gatle_ignite.callbacks.perf_line import is_perf_record
 from gatle_ignite.callbacks.run_record import REDACTED, redact_text
 from gatle_ignite.dispatch import ConfigError
 
-__all__ = ["Backend"]
+__all__ = ["Backend", "check_config"]
 
 # Discord rejects an embed with more fields than this.
 MAX_FIELDS = 25
@@ -17,6 +17,21 @@ MAX_FIELDS = 25
 
 def _field_value(value) -> str:
     return format(value, ".5g") if isinstance(value, float) else str(value)
+
+
+def _webhook_url(cfg) -> str:
+    url = cfg.get("discord_url") or os.environ.get("DISCORD_WEBHOOK_URL", "")
+    if not url:
+        raise ConfigError(
+            "logger_name names 'discord', but no webhook URL is set.\n"
+            "  Set cfg.discord_url or the DISCORD_WEBHOOK_URL environment variable."
+        )
+    return url
+
+
+def check_config(cfg) -> None:
+    """What starting this backend would refuse, found before anything starts: no webhook."""
+    _webhook_url(cfg)
 
 
 class Backend(BaseBackend):
@@ -28,12 +43,7 @@ class Backend(BaseBackend):
     def __init__(self, cfg):
         super().__init__(cfg)
         self.requests = import_extra("requests", "discord")
-        self.url = cfg.get("discord_url") or os.environ.get("DISCORD_WEBHOOK_URL", "")
-        if not self.url:
-            raise ConfigError(
-                "logger_name names 'discord', but no webhook URL is set.\n"
-                "  Set cfg.discord_url or the DISCORD_WEBHOOK_URL environment variable."
-            )
+        self.url = _webhook_url(cfg)
         self.username = cfg.get("discord_username", "gatle")
         self._send("Run started", [])
 
