@@ -11,7 +11,7 @@ from typing import Optional
 
 from gatle_ignite.cli.time_breakdown import time_breakdown_rows
 from gatle_ignite.redaction import shown_command
-from gatle_ignite.run.layout import OWNED_LOGS
+from gatle_ignite.run.layout import MANIFEST_FILE, OWNED_LOGS
 from gatle_ignite.run.manifest import Manifest
 
 __all__ = ["print_run_summary"]
@@ -53,13 +53,13 @@ def _logs(save_dir: Path) -> str:
     return ", ".join(str(p) for p in [*found, save_dir / "run.json"])
 
 
-def last_recorded(save_dir) -> Optional[str]:
-    """When the run in ``save_dir`` was last recorded (``run.json``'s ``updated``), or None."""
+def last_recorded(save_dir) -> Optional[bytes]:
+    """The run in ``save_dir`` as ``run.json`` records it now, to tell whether a command
+    recorded it; None without one."""
     try:
-        manifest = Manifest.read(save_dir)
-    except (OSError, ValueError, TypeError):
+        return (Path(save_dir) / MANIFEST_FILE).read_bytes()
+    except OSError:
         return None
-    return manifest.updated if manifest is not None else None
 
 
 def print_run_summary(cfg, config: str, overrides, seconds: float) -> None:
