@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Optional
 
 from gatle_ignite.dispatch import ConfigError
-from gatle_ignite.run.identity import flatten
+from gatle_ignite.run.identity import BOOKKEEPING, flatten
 from gatle_ignite.run.layout import (
     CONFIG_FILE,
     LATEST_PREFIX,
@@ -28,7 +28,6 @@ from gatle_ignite.run.layout import (
 from gatle_ignite.run.lock import holder
 
 __all__ = [
-    "NEVER_TRAINING",
     "RunSummary",
     "best_first",
     "differing_params",
@@ -38,33 +37,6 @@ __all__ = [
     "read_runs",
     "runs_in",
 ]
-
-# Config fields (dotted, shell-style wildcards) that name, store, log or place a run and never
-# change what it trains: two runs differing only in these trained the same thing.
-NEVER_TRAINING = (
-    "name",
-    "project_name",
-    "save_dir",
-    "resume",
-    "replace_run",
-    "accept_changes",
-    "run",
-    "load_from_ckpt",
-    "save_ckpt",
-    "n_saved",
-    "save_every_iters",
-    "async_save",
-    "logger_name",
-    "verbosity",
-    "log_every",
-    "watch_grad",
-    "tags",
-    "wandb_entity",
-    "discord_*",
-    "master_addr",
-    "master_port",
-    "dist_timeout",
-)
 
 _NO_RUN_HINT = "Give a run's save_dir, a folder of runs or a sweep directory."
 
@@ -301,7 +273,7 @@ def read_runs(paths) -> list:
 
 
 def _never_training(key: str) -> bool:
-    return any(fnmatch.fnmatchcase(key, pattern) for pattern in NEVER_TRAINING)
+    return any(fnmatch.fnmatchcase(key, pattern) for pattern in BOOKKEEPING)
 
 
 def _comparable(value) -> str:

@@ -25,6 +25,7 @@ from gatle_ignite.launch.ranks import EXIT_PEER_TIMEOUT, supervised
 from gatle_ignite.launch.task import run_task
 from gatle_ignite.launch.world import (
     PORT_RANGE,
+    WORLD_VARS,
     apply_dist_timeout,
     dist_timeout,
     existing_world,
@@ -47,15 +48,6 @@ __all__ = [
     "run_task",
 ]
 
-# Set by torchrun and friends; a child that inherited them would try to join the parent's world.
-_INHERITED_WORLD_VARS = (
-    "RANK",
-    "WORLD_SIZE",
-    "LOCAL_RANK",
-    "LOCAL_WORLD_SIZE",
-    "GROUP_RANK",
-    "ROLE_RANK",
-)
 # 0.4's name for it, part of the public surface.
 _resolve_backend = resolve_backend
 
@@ -103,7 +95,7 @@ def launch(cfg: config_dict.ConfigDict, job: Optional[Callable] = None):
 
 
 def _child_env(port: int) -> dict[str, str]:
-    env = {key: value for key, value in os.environ.items() if key not in _INHERITED_WORLD_VARS}
+    env = {key: value for key, value in os.environ.items() if key not in WORLD_VARS}
     env["MASTER_PORT"] = str(port)
     env["MASTER_ADDR"] = "127.0.0.1"
     # Children write to a pipe; unbuffered, their lines reach the parent as they happen.

@@ -14,6 +14,7 @@ from gatle_ignite.dispatch import ConfigError
 
 __all__ = [
     "PORT_RANGE",
+    "WORLD_VARS",
     "apply_dist_timeout",
     "dist_timeout",
     "existing_world",
@@ -28,6 +29,8 @@ __all__ = [
 # The dynamic/private port range; ports handed out are distinct but not proven free.
 PORT_RANGE = range(49152, 65535 + 1)
 _LOCALHOSTS = ("127.0.0.1", "localhost")
+# Set by torchrun and friends; a child that inherited them would try to join the parent's world.
+WORLD_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "ROLE_RANK")
 
 
 def _int_field(cfg, field: str, default: Optional[int]) -> Optional[int]:

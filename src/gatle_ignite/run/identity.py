@@ -10,12 +10,19 @@ import hashlib
 import json
 from collections.abc import Mapping
 
-__all__ = ["OPERATIONAL", "accepted", "config_changes", "fingerprint", "flatten", "operational"]
+__all__ = [
+    "BOOKKEEPING",
+    "OPERATIONAL",
+    "accepted",
+    "config_changes",
+    "fingerprint",
+    "flatten",
+    "operational",
+]
 
-# Dotted names, with shell-style wildcards, whose change never changes what a run is.
-# max_epochs is here because raising it continues the run; lowering it is refused elsewhere.
-OPERATIONAL = (
-    "max_epochs",
+# Dotted names, with shell-style wildcards, that name, store, log or place a run and never change
+# what it trains: two runs differing only in these trained the same thing.
+BOOKKEEPING = (
     "name",
     "project_name",
     "save_dir",
@@ -28,19 +35,29 @@ OPERATIONAL = (
     "n_saved",
     "save_every_iters",
     "async_save",
-    "model_checkpoint_dir",
-    "strict",
     "logger_name",
+    "verbosity",
     "log_every",
     "watch_grad",
     "tags",
-    "verbosity",
+    "wandb_entity",
+    "discord_*",
+    "master_addr",
+    "master_port",
+    "dist_timeout",
+)
+# The names a resume may change without changing what the run is: the bookkeeping, and the
+# settings of how (not what) it trains. max_epochs is here because raising it continues the run;
+# lowering it is refused elsewhere.
+OPERATIONAL = (
+    *BOOKKEEPING,
+    "max_epochs",
+    "model_checkpoint_dir",
+    "strict",
     "check_every",
     "count_flops",
     "profile",
     "profile.*",
-    "wandb_entity",
-    "discord_*",
     "every_*",
     "*early_stop_patience",
     "*early_stop_after",
@@ -53,12 +70,9 @@ OPERATIONAL = (
     "compile_params.*",
     "cudnn_benchmark",
     "dist_backend",
-    "dist_timeout",
     "nnodes",
     "node_rank",
     "nproc_per_node",
-    "master_addr",
-    "master_port",
     "auto_model_params",
     "auto_model_params.*",
     "*_ds_params.num_workers",

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from gatle_ignite.launch.budget import Share
+from gatle_ignite.launch.world import WORLD_VARS
 from gatle_ignite.run.lock import held
 from gatle_ignite.run.sweep_trial import TRIAL_VAR
 from gatle_ignite.sweep.claims import Claim, claim, scheduling
@@ -41,12 +42,7 @@ __all__ = ["SweepRun", "Worker"]
 POLL_S = 2.0
 # Not inherited by a trial: they would make it join a world this process belongs to.
 _NOT_INHERITED = (
-    "RANK",
-    "WORLD_SIZE",
-    "LOCAL_RANK",
-    "LOCAL_WORLD_SIZE",
-    "GROUP_RANK",
-    "ROLE_RANK",
+    *WORLD_VARS,
     "MASTER_ADDR",
     "MASTER_PORT",
     "SLURM_STEP_ID",
