@@ -428,6 +428,9 @@ class BaseTrainer:
         attach_checkpoint_writes(self)
         # After the checkpoint writes, so an epoch's perf/ record includes its checkpoint.
         self._telemetry.attach_record(trainer)
+        for stopper in self._early_stoppers.values():
+            # Under the epoch's block and its perf line: the decision they lead to.
+            trainer.add_event_handler(Events.EPOCH_COMPLETED, stopper.announce)
         # Last: a request stops the run after the iteration's or the epoch's checkpoints.
         self._preemption = PreemptionStop(
             idist.get_world_size(),
