@@ -98,7 +98,9 @@ def _add_tool_parsers(commands) -> None:
     add_export_arguments(export)
 
     lr_find = commands.add_parser(
-        "lr-find", help="a learning-rate range test; suggests a learning rate, saves nothing"
+        "lr-find",
+        help="a learning-rate range test: prints a suggested learning rate and writes the "
+        "loss-vs-lr plot (a PNG, default <save_dir>/lr_find.png); no checkpoint",
     )
     _add_config_args(lr_find, "one config file")
     lr_find.add_argument(
