@@ -170,7 +170,8 @@ def _judged_epochs(out) -> list:
 
 def test_each_early_stop_line_comes_under_the_epoch_block_it_judges(make_cfg, capsys):
     values = [0.1, 0.2, 0.2, 0.3, 0.3, 0.3]
-    cfg = _fast(make_cfg, early_stop_patience=2, val_metrics=_scripted(values), logger_name=["text"])
+    scripted = _scripted(values)
+    cfg = _fast(make_cfg, early_stop_patience=2, val_metrics=scripted, logger_name=["text"])
     assert _final_epoch(cfg) == 6
     # Epochs 3 and 5 tie the best so far, and 6 ties it again: each line sits under its own
     # epoch's block, never under the epoch before it, which had improved.

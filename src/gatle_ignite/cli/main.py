@@ -279,12 +279,13 @@ def _train(args: argparse.Namespace, paths: list[str]) -> int:
     if len(paths) > 1:
         # Each child loads and validates its own config; the parent only fans out.
         return launcher.launch_many(paths, [f"--override={item}" for item in args.override])
-    from gatle_ignite.cli.summary import print_run_summary
+    from gatle_ignite.cli.summary import print_run_summary, summary_follows
 
     cfg = _prepare(args, paths[0])
     _check_components(cfg)
     started = time.monotonic()
-    launcher.launch(cfg)
+    with summary_follows():
+        launcher.launch(cfg)
     print_run_summary(cfg, paths[0], args.override, time.monotonic() - started)
     return 0
 

@@ -28,7 +28,7 @@ def _is_mapping(value) -> bool:
 # (fields, accepts(value), what the value must be). None passes only where a rule says so.
 _RULES = (
     # accum_steps and amp_dtype are checked where the trainer reads them (setup, __init__).
-    (("max_epochs", "log_every"), lambda v: _is_int(v) and v >= 1, "an int >= 1"),
+    (("max_epochs",), lambda v: _is_int(v) and v >= 1, "an int >= 1"),
     (
         ("every_val", "every_test", "early_stop_patience", "early_stop_after", "save_every_iters"),
         lambda v: _is_int(v) and v >= 0,
@@ -38,6 +38,11 @@ _RULES = (
         ("train_length", "val_length", "test_length", "check_every"),
         lambda v: v is None or (_is_int(v) and v >= 1),
         "None (the whole loader) or an int >= 1",
+    ),
+    (
+        ("log_every",),
+        lambda v: v is None or (_is_int(v) and v >= 1),
+        "None (a default tied to the epoch's length) or an int >= 1",
     ),
     (
         ("grad_clip_norm", "grad_clip_value"),

@@ -9,6 +9,7 @@ import ignite.distributed as idist
 import torch
 from ignite.engine import Engine, Events
 
+from gatle_ignite.callbacks.backends.text import format_value
 from gatle_ignite.callbacks.run_record import config_payload
 from gatle_ignite.config.base import base_config
 from gatle_ignite.config.validate import validate_config
@@ -46,7 +47,7 @@ from gatle_ignite.trainer.handlers import (
 from gatle_ignite.trainer.lifecycle import recorded_run, settle_writes
 from gatle_ignite.trainer.preemption import REQUEST as PREEMPTION
 from gatle_ignite.trainer.preemption import preemption_signals, shield_workers, stop_at_once
-from gatle_ignite.trainer.progress import attach_progress_output
+from gatle_ignite.trainer.progress import attach_progress_output, epoch_length_of
 from gatle_ignite.trainer.strategy import ddp_params, distribute, gradient_sync, strategy_of
 from gatle_ignite.trainer.telemetry.epochs import Telemetry
 from gatle_ignite.utils.amp import autocast_device_type, resolve_amp_dtype
@@ -463,7 +464,8 @@ class BaseTrainer:
             if metrics:
                 results.update(metrics)
         for name, value in results.items():
-            rank_zero_print(f"{name}: {value}")
+            # As the epoch blocks of training show it.
+            rank_zero_print(f"{name}: {format_value(value)}")
         return results
 
     def teardown(self, failed=False):
@@ -646,7 +648,7 @@ class BaseTrainer:
         # at an epoch's end, before anything evaluates, saves or logs that epoch.
         self._nan_check = NonFiniteCheck(
             every=check_every(self.cfg, self.device),
-            also_at=save_and_log_cadences(self.cfg),
+            also_at=save_and_log_cadences(self.cfg, epoch_length_of(self.cfg, self.dls["train"])),
             world_size=idist.get_world_size(),
             preemption=PREEMPTION,
             on_stop=self._mark_diverged,
