@@ -170,6 +170,8 @@ class LoggingCallback:
         self._epoch_record = {}
         # The non-finite check, whose last read loss is logged as train/loss.
         self._losses = None
+        # Iterations between per-iteration points (log_cadence), once the trainer runs.
+        self._log_every = None
         self.started = False
 
     @property
@@ -240,7 +242,10 @@ class LoggingCallback:
             self._log(point, engine.state.iteration, engine.state.epoch, per_iteration=True)
 
     def _log_point_due(self, engine, iteration) -> bool:
-        return iteration % log_cadence(self.cfg, engine.state.epoch_length) == 0
+        # Worked out once: the epoch's length is known once the engine runs.
+        if self._log_every is None:
+            self._log_every = log_cadence(self.cfg, engine.state.epoch_length)
+        return iteration % self._log_every == 0
 
     def on_train_iteration(self, trainer, model):
         if not self.cfg.watch_grad or not self.backends:

@@ -22,6 +22,7 @@ __all__ = [
     "attach_bars",
     "attach_progress_output",
     "epoch_length_of",
+    "loss_text",
     "progress_every",
     "shows_progress",
 ]
