@@ -70,4 +70,4 @@ def test_a_refusing_or_unreachable_webhook_never_stops_training_nor_prints_its_t
     assert out.count("[discord] failed to send: ") == 6
     assert "404 Client Error" in out and "Max retries exceeded" in out
     assert "not-a-real-token" not in out
-    assert out.count("TRAINING COMPLETE after 1 epochs") == 2
+    assert out.count("TRAINING COMPLETE after 1 epoch\n") == 2

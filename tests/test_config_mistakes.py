@@ -139,7 +139,7 @@ def test_the_trainer_refuses_a_misspelt_field_when_it_is_built(make_cfg):
 def test_the_project_template_passes(tmp_path, capsys, monkeypatch):
     init_project("typo_check", str(tmp_path))
     monkeypatch.chdir(tmp_path / "typo_check")
-    assert main(["config", "--config=configs/typo_check_v0.py"]) == 0
+    assert main(["config", "--config=typo_check/configs/typo_check_v0.py"]) == 0
     assert "all dotted paths resolve." in capsys.readouterr().out
 
 

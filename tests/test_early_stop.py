@@ -1,10 +1,16 @@
 """Early stopping: patience, the after-floor, cadence, checkpointed counters, messages."""
 
+import re
+import subprocess
+import sys
+
 import pytest
 import torch
 
 from gatle_ignite import ConfigError, EngineSpec
 from gatle_ignite.utils.checkpoints import find_latest_checkpoint
+from tests.conftest import ROOT
+from tests.toy.config_file import write_toy_config
 from tests.toy.trainer import Trainer
 
 
@@ -33,7 +39,10 @@ def test_a_flat_metric_with_patience_3_stops_at_epoch_4(make_cfg, tmp_path, caps
     assert "[early-stop] valid: no improvement for 3 evaluations -- stopping at epoch 4" in out
     names = [p.name for p in (tmp_path / "run").iterdir()]
     assert "latest_epoch_checkpoint_4.pt" in names
-    assert any(n.startswith("valid_best_result_checkpoint_4") for n in names)
+    # A tie is no improvement for the best checkpoint either: the first epoch's file stays.
+    assert [n for n in names if n.startswith("valid_best")] == [
+        "valid_best_result_checkpoint_1_0.5000.pt"
+    ]
 
 
 def test_the_after_floor_delays_counting(make_cfg):
@@ -145,3 +154,60 @@ def test_an_old_state_without_newer_keys_loads_but_a_missing_counter_does_not(ma
     assert stopper.state_dict()["counter"] == 1
     with pytest.raises(ValueError, match="counter"):
         stopper.load_state_dict({"best_score": 0.25})
+
+
+def _judged_epochs(out) -> list:
+    """For each [early-stop] line, the epoch of the block printed above it."""
+    judged, epoch = [], None
+    for line in out.splitlines():
+        header = re.match(r"--- epoch (\d+)/", line)
+        if header:
+            epoch = int(header.group(1))
+        elif line.startswith("[early-stop]"):
+            judged.append((epoch, line.split(": ", 1)[1]))
+    return judged
+
+
+def test_each_early_stop_line_comes_under_the_epoch_block_it_judges(make_cfg, capsys):
+    values = [0.1, 0.2, 0.2, 0.3, 0.3, 0.3]
+    scripted = _scripted(values)
+    cfg = _fast(make_cfg, early_stop_patience=2, val_metrics=scripted, logger_name=["text"])
+    assert _final_epoch(cfg) == 6
+    # Epochs 3 and 5 tie the best so far, and 6 ties it again: each line sits under its own
+    # epoch's block, never under the epoch before it, which had improved.
+    assert _judged_epochs(capsys.readouterr().out) == [
+        (3, "1/2 evaluations with no improvement"),
+        (5, "1/2 evaluations with no improvement"),
+        (6, "no improvement for 2 evaluations -- stopping at epoch 6"),
+    ]
+
+
+def test_a_tie_neither_improves_nor_moves_the_best_checkpoint(make_cfg, tmp_path):
+    cfg = _fast(make_cfg, early_stop_patience=2, val_metrics=_scripted([0.1, 0.2, 0.2, 0.2]))
+    assert _final_epoch(cfg) == 4
+    best = sorted(p.name for p in (tmp_path / "run").glob("valid_best_result_*"))
+    # The epoch that first reached 0.2 stays the best: the ties after it counted as no
+    # improvement, for early stopping and for the best checkpoint alike.
+    assert best == ["valid_best_result_checkpoint_2_0.2000.pt"]
+
+
+@pytest.mark.parametrize("verbosity", [0, 1, 2])
+def test_ignites_own_stop_line_shows_only_at_verbosity_2(tmp_path, verbosity):
+    config = write_toy_config(
+        tmp_path / "cfg.py",
+        save_dir=str(tmp_path / "run"),
+        max_epochs=5,
+        early_stop_patience=1,
+        val_metrics=_scripted([0.5]),
+        verbosity=verbosity,
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "gatle_ignite", "train", f"--config={config}"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "[early-stop] valid: no improvement for 1 evaluations" in done.stdout
+    assert ("EarlyStopping: Stop training" in done.stderr) == (verbosity == 2)

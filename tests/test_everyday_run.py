@@ -3,6 +3,7 @@ before the first epoch, each one error with its fix (exit 2, no traceback)."""
 
 import csv
 import re
+import shlex
 import subprocess
 import sys
 
@@ -11,6 +12,7 @@ import pytest
 from gatle_ignite import ConfigError
 from gatle_ignite.cli.main import main
 from tests.conftest import ROOT
+from tests.toy.config import toy_config
 from tests.toy.config_file import write_toy_config
 from tests.toy.trainer import Trainer
 
@@ -206,9 +208,74 @@ def test_a_resume_from_an_older_checkpoint_logs_the_retrained_stretch_once(tmp_p
         assert steps == [2, 4, 6, 8, 10, 12]
 
 
-def test_pbar_shows_the_loss_and_still_prints_epoch_metrics(tmp_path, train):
+def test_pbar_shows_the_loss_and_still_prints_epoch_metrics(tmp_path, train, monkeypatch):
+    # Bars on a terminal only (elsewhere the text lines): this stream says it is one.
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True, raising=False)
     code, out, err = train(_config(tmp_path, logger_name=["pbar"]))
     assert code == 0
     assert "--- epoch 1/2 (iteration 4) ---" in out and "valid  acc " in out
     assert "loss=" in err and "it/s" in err
     assert " TRAIN epoch " not in out
+
+
+def test_a_short_run_logs_enough_points_to_draw_its_schedule(tmp_path, train):
+    # 220 iterations in one epoch: with a fixed 100 the schedule had points at 100 and 200 only.
+    config = _config(
+        tmp_path,
+        train_ds_params={"n": 440, "bs": 2, "seed": 0},
+        max_epochs=1,
+        lr_scheduler="gatle_ignite.schedulers.warmup_cosine",
+    )
+    assert train(config)[0] == 0
+    steps = [int(step) for name, step in _history(tmp_path / "run") if name == "train/lr_0"]
+    assert steps == list(range(11, 221, 11))
+    losses = [int(step) for name, step in _history(tmp_path / "run") if name == "train/loss"]
+    assert losses == steps
+
+
+def test_eval_prints_its_values_at_5_significant_digits_as_training_does(tmp_path, cli):
+    scripted = {"acc": {"cls_name": "tests.toy.scripted_metric", "params": {"values": [1 / 3]}}}
+    config = _config(tmp_path, val_metrics=scripted, logger_name=["text"])
+    code, trained, _err = cli("train", config)
+    assert code == 0 and "valid  acc 0.33333\n" in trained
+    code, out, err = cli("eval", config)
+    assert code == 0, err
+    assert "valid/acc: 0.33333\n" in out
+
+
+def test_a_cli_run_ends_in_one_line_and_a_script_in_its_own(tmp_path, train, capsys):
+    code, out, _err = train(_config(tmp_path, max_epochs=1))
+    assert code == 0
+    # The summary's first line says it: no "TRAINING COMPLETE" line before it.
+    assert "TRAINING COMPLETE" not in out
+    assert out.count("RUN COMPLETED: 'toy', epoch 1/1 (iteration 4)") == 1
+    # Without the command's summary (a script calling fit()), the trainer says it, in English.
+    Trainer(0, toy_config(save_dir=str(tmp_path / "script"), max_epochs=1)).fit()
+    assert "TRAINING COMPLETE after 1 epoch\n" in capsys.readouterr().out
+
+
+def _summary_command(out, label) -> list:
+    line = next(line for line in out.splitlines() if line.startswith(f"  {label} "))
+    return line.split(None, 1)[1]
+
+
+def test_the_summarys_commands_read_plainly_and_run_as_printed(tmp_path, train):
+    config = _config(tmp_path, max_epochs=1)
+    overrides = ["max_epochs=2", "logger_name=['text', 'csv']", "optimizer_params.lr=0.02"]
+    code, out, _err = train(config, *overrides)
+    assert code == 0
+    evaluate = _summary_command(out, "evaluate")
+    resume = _summary_command(out, "resume")
+    # One override style, the quotes a person would type, and no training-only field to eval.
+    assert evaluate == (
+        f"gatle-ignite eval --config={config} --override \"logger_name=['text', 'csv']\" "
+        f"--ckpt best"
+    )
+    assert resume == (
+        f"gatle-ignite train --config={config} --override max_epochs=2 "
+        f"--override \"logger_name=['text', 'csv']\" --override optimizer_params.lr=0.02 "
+        f"--override resume=True"
+    )
+    # As a shell reads them back, both commands run.
+    assert main(shlex.split(evaluate)[1:]) == 0
+    assert main(shlex.split(resume)[1:]) == 0

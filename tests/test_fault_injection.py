@@ -188,6 +188,8 @@ def test_two_ranks_preempted_by_sigusr1_resume_exactly(tmp_path, reference):
     process.send_signal(signal.SIGUSR1)  # to the launcher only: it forwards to its ranks
     rest = process.communicate(timeout=TIMEOUT)[0]
     assert process.returncode == EXIT_PREEMPTED, rest
+    # The preemption message says how the ranks ended; torch's stopping of a peer is not news.
+    assert "Terminating process" not in rest
     _train(config, "--override=resume=True", *args)
     _assert_identical(reference["two"], _weights(tmp_path / "run"))
 
@@ -246,7 +248,7 @@ def test_sigterm_to_torchrun_lets_the_workers_save_and_a_torchrun_resume_finishe
     assert "PREEMPTED by SIGTERM after iteration" in rest
     assert list((tmp_path / "run").glob("latest_iter_checkpoint_*.pt"))
     resumed = _train(config, "--override=resume=True", *GLOO, launcher=_torchrun())
-    assert "TRAINING COMPLETE after 1 epochs" in resumed
+    assert "RUN COMPLETED: " in resumed
 
 
 def _status(save_dir):

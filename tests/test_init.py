@@ -13,7 +13,7 @@ import pytest
 
 from gatle_ignite.cli.init import init_project
 from gatle_ignite.cli.main import main
-from gatle_ignite.dispatch import ConfigError
+from gatle_ignite.dispatch import ConfigError, import_module_from_path
 
 ROOT = Path(__file__).resolve().parents[1]
 SYNTHETIC = ROOT / "examples" / "synthetic"
@@ -21,11 +21,10 @@ TEMPLATE = ROOT / "src" / "gatle_ignite" / "_template"
 NAME = "demo_proj"
 
 
-def expected_files(name):
-    """The files CONTRACT 11.2 says a project ``name`` has, relative to its root."""
+def package_files(name):
+    """The files of the project's package ``name``, relative to the package."""
     return {
-        "README.md",
-        ".gitignore",
+        "__init__.py",
         "configs/base_utils.py",
         f"configs/{name}_v0.py",
         f"configs/{name}_sweep.py",
@@ -35,6 +34,12 @@ def expected_files(name):
         "models/mlp.py",
         f"trainer/{name}_trainer.py",
     }
+
+
+def expected_files(name):
+    """The files a project ``name`` has, relative to its root: every component in one package
+    named after it (docs/changes.md: the 0.4 layout of CONTRACT 11.2 had them at the top)."""
+    return {"README.md", ".gitignore", *(f"{name}/{f}" for f in package_files(name))}
 
 
 def files_under(root):
@@ -73,8 +78,8 @@ def project(tmp_path, capsys):
 def test_unusable_names_are_refused(name, tmp_path):
     with pytest.raises(ConfigError, match="is not a usable project name") as info:
         init_project(name, str(tmp_path))
-    # The name reaches Python only through the trainer's dotted path.
-    assert f"'trainer.{name}_trainer'" in str(info.value)
+    # The name reaches Python as the package every dotted path starts with.
+    assert f"'{name}.trainer.{name}_trainer'" in str(info.value)
     assert list(tmp_path.iterdir()) == []
 
 
@@ -103,29 +108,29 @@ def test_a_refusal_through_the_cli_exits_2_on_stderr(tmp_path, capsys):
 
 def test_existing_files_are_refused_and_left_untouched(tmp_path):
     root = tmp_path / NAME
-    (root / "models").mkdir(parents=True)
-    (root / "models" / "mlp.py").write_text("mine\n")
+    models = root / NAME / "models"
+    models.mkdir(parents=True)
+    (models / "mlp.py").write_text("mine\n")
     (root / "README.md").write_text("my readme\n")
     with pytest.raises(ConfigError, match="already exist") as info:
         init_project(NAME, str(tmp_path))
     message = str(info.value)
-    assert str(root / "models" / "mlp.py") in message
+    assert str(models / "mlp.py") in message
     assert str(root / "README.md") in message
     assert "--force" in message
-    assert (root / "models" / "mlp.py").read_text() == "mine\n"
+    assert (models / "mlp.py").read_text() == "mine\n"
     assert (root / "README.md").read_text() == "my readme\n"
-    assert files_under(root) == {"models/mlp.py", "README.md"}
+    assert files_under(root) == {f"{NAME}/models/mlp.py", "README.md"}
 
 
 def test_force_overwrites_but_never_deletes(project, tmp_path, capsys):
-    (project / "models" / "mlp.py").write_text("edited\n")
-    (project / "models" / "extra.py").write_text("kept\n")
+    models = project / NAME / "models"
+    (models / "mlp.py").write_text("edited\n")
+    (models / "extra.py").write_text("kept\n")
     assert init_project(NAME, str(tmp_path), force=True) == 0
-    assert (project / "models" / "mlp.py").read_text() == (
-        SYNTHETIC / "models" / "mlp.py"
-    ).read_text()
-    assert (project / "models" / "extra.py").read_text() == "kept\n"
-    assert files_under(project) == expected_files(NAME) | {"models/extra.py"}
+    assert (models / "mlp.py").read_text() == (SYNTHETIC / "models" / "mlp.py").read_text()
+    assert (models / "extra.py").read_text() == "kept\n"
+    assert files_under(project) == expected_files(NAME) | {f"{NAME}/models/extra.py"}
 
 
 def test_force_rerun_through_the_cli_from_the_parent_directory(project, tmp_path):
@@ -141,9 +146,10 @@ def test_force_rerun_through_the_cli_from_the_parent_directory(project, tmp_path
 # ----------------------------------------------------------------------------- generated files
 
 
-def test_generated_files_are_exactly_the_contracts(project):
+def test_generated_files_are_one_package_named_after_the_project(project):
     assert files_under(project) == expected_files(NAME)
-    assert not list(project.rglob("__init__.py"))
+    # One regular package: what makes the cwd's copy win over an installed namesake.
+    assert list(project.rglob("__init__.py")) == [project / NAME / "__init__.py"]
 
 
 def test_no_placeholder_or_suffix_survives(project):
@@ -161,23 +167,27 @@ def test_py_files_are_the_synthetic_examples(project):
         f"configs/{NAME}_sweep.py": "configs/synthetic_sweep.py",
         f"trainer/{NAME}_trainer.py": "trainer/synthetic_trainer.py",
     }
-    for relative in sorted(expected_files(NAME)):
-        if not relative.endswith(".py"):
-            continue
+    # The checkpoints go to the project root, above the package, not into it.
+    root = (
+        "PROJECT_ROOT = Path(__file__).resolve().parent.parent\n",
+        f"# The project root, where you run from: this file is <root>/{NAME}/configs/"
+        "base_utils.py.\nPROJECT_ROOT = Path(__file__).resolve().parents[2]\n",
+    )
+    for relative in sorted(package_files(NAME) - {"__init__.py"}):
         source = (SYNTHETIC / renamed.get(relative, relative)).read_text()
         expected = (
-            source.replace("examples.synthetic.", "")
+            source.replace("examples.synthetic.", f"{NAME}.")
             .replace("synthetic_trainer", f"{NAME}_trainer")
             .replace('"gatle-synthetic"', f'"{NAME}"')
-            .replace("synthetic_v0.py", f"{NAME}_v0.py")
+            .replace(*root)
         )
-        assert (project / relative).read_text() == expected, relative
+        assert (project / NAME / relative).read_text() == expected, relative
 
 
 def test_config_names_the_project(project):
-    text = (project / "configs" / f"{NAME}_v0.py").read_text()
+    text = (project / NAME / "configs" / f"{NAME}_v0.py").read_text()
     assert f'cfg.project_name = "{NAME}"' in text
-    assert f'cfg.main_runner = "trainer.{NAME}_trainer"' in text
+    assert f'cfg.main_runner = "{NAME}.trainer.{NAME}_trainer"' in text
     assert "examples." not in text
 
 
@@ -206,10 +216,10 @@ def test_readme_names_every_directory_and_real_builtins(project):
         "configs/",
     ):
         assert f"`{directory}`" in text, directory
-    assert f"gatle-ignite config --config=configs/{NAME}_v0.py" in text
-    assert f"gatle-ignite train --config=configs/{NAME}_v0.py" in text
-    assert f"configs/{NAME}_v1.py" in text
-    assert "configs/base_utils.py" in text
+    assert f"gatle-ignite config --config={NAME}/configs/{NAME}_v0.py" in text
+    assert f"gatle-ignite train --config={NAME}/configs/{NAME}_v0.py" in text
+    assert f"{NAME}/configs/{NAME}_v1.py" in text
+    assert f"{NAME}/configs/base_utils.py" in text
     assert "`docs/getting-started.md`" in text
     entrypoints = {
         "losses": "Loss",
@@ -235,8 +245,8 @@ def test_report_lists_the_files_and_next_steps(tmp_path, capsys, monkeypatch):
     listed = [line.strip() for line in out.splitlines() if line.startswith(f"  {NAME}/")]
     assert listed == sorted(f"{NAME}/{relative}" for relative in expected_files(NAME))
     assert f"cd {NAME}" in out
-    assert f"gatle-ignite config --config=configs/{NAME}_v0.py" in out
-    assert f"gatle-ignite train --config=configs/{NAME}_v0.py" in out
+    assert f"gatle-ignite config --config={NAME}/configs/{NAME}_v0.py" in out
+    assert f"gatle-ignite train --config={NAME}/configs/{NAME}_v0.py" in out
     assert "README.md" in out.split("next steps")[-1]
 
 
@@ -262,13 +272,13 @@ def test_template_ships_no_python_modules():
 
 
 def test_generated_project_passes_config_and_trains(project):
-    config = f"--config=configs/{NAME}_v0.py"
+    config = f"--config={NAME}/configs/{NAME}_v0.py"
     checked = run([*cli_command(), "config", config], cwd=project)
     assert checked.returncode == 0, checked.stderr
     assert "all dotted paths resolve" in checked.stdout
     trained = run([*cli_command(), "train", config, "--override", "max_epochs=1"], cwd=project)
     assert trained.returncode == 0, trained.stderr
-    assert "TRAINING COMPLETE" in trained.stdout
+    assert "RUN COMPLETED: " in trained.stdout
     assert list((project / "checkpoints" / f"{NAME}_v0").glob("latest_epoch_checkpoint_*.pt"))
 
 
@@ -276,7 +286,13 @@ def test_generated_project_passes_config_and_trains(project):
 def test_generated_projects_sweep_file_runs_a_sweep(project):
     pytest.importorskip("optuna", reason="the sweep extra is not installed")
     # This checkout's package, whichever one the environment's console script runs.
-    sweep = [sys.executable, "-m", "gatle_ignite", "sweep", f"--sweep=configs/{NAME}_sweep.py"]
+    sweep = [
+        sys.executable,
+        "-m",
+        "gatle_ignite",
+        "sweep",
+        f"--sweep={NAME}/configs/{NAME}_sweep.py",
+    ]
     done = subprocess.run(
         [*sweep, "--trials=2", "--override=max_epochs=1"],
         cwd=project,
@@ -366,12 +382,12 @@ def test_installed_wheel_inits_and_trains_outside_the_checkout(wheel, tmp_path):
     assert created.returncode == 0, created.stderr
     project = work / NAME
     assert files_under(project) == expected_files(NAME)
-    config = f"--config=configs/{NAME}_v0.py"
+    config = f"--config={NAME}/configs/{NAME}_v0.py"
     checked = run([*cli, "config", config], cwd=project)
     assert "all dotted paths resolve" in checked.stdout, checked.stderr
     trained = run([*cli, "train", config, "--override", "max_epochs=1"], cwd=project)
     assert trained.returncode == 0, trained.stderr
-    assert "TRAINING COMPLETE" in trained.stdout
+    assert "RUN COMPLETED: " in trained.stdout
 
 
 @pytest.mark.slow
@@ -386,7 +402,71 @@ def test_installed_wheel_trains_a_copy_of_the_synthetic_example(wheel, tmp_path)
     config = "--config=examples/synthetic/configs/synthetic_v0.py"
     trained = run([*cli_command(bin_dir), "train", config, "--override", "max_epochs=2"], work)
     assert trained.returncode == 0, trained.stderr
-    assert "TRAINING COMPLETE after 2 epochs" in trained.stdout
+    assert "RUN COMPLETED: " in trained.stdout and "epoch 2/2 " in trained.stdout
     assert (
         work / "examples/synthetic/checkpoints/synthetic_v0/latest_epoch_checkpoint_2.pt"
     ).exists()
+
+
+# ----------------------------------------------------------------------------- shadowing
+
+
+def _installed_namesakes(tmp_path):
+    """A site directory holding packages named like the 0.4 layout's folders, as PyPI's
+    ``models``, ``metrics`` and ``trainer`` would be once installed."""
+    site = tmp_path / "site"
+    for name in ("models", "metrics", "trainer", "configs", "losses", "dataloaders"):
+        (site / name).mkdir(parents=True)
+        (site / name / "__init__.py").write_text(f'"""Not the project\'s {name}."""\n')
+    return site
+
+
+def test_an_installed_namesake_cannot_shadow_the_generated_project(project, tmp_path):
+    env = {**clean_env(), "PYTHONPATH": str(_installed_namesakes(tmp_path))}
+    config = f"--config={NAME}/configs/{NAME}_v0.py"
+    checked = subprocess.run(
+        [*cli_command(), "config", config], cwd=project, env=env, capture_output=True, text=True
+    )
+    assert checked.returncode == 0, checked.stderr
+    assert "all dotted paths resolve" in checked.stdout
+
+
+def test_a_shadowed_0_4_folder_is_named_in_the_import_error(tmp_path, monkeypatch):
+    # The 0.4 layout: a top-level models/ folder, no __init__.py, beside an installed `models`.
+    project = tmp_path / "old_layout"
+    (project / "models").mkdir(parents=True)
+    (project / "models" / "mlp.py").write_text("Model = object\n")
+    site = _installed_namesakes(tmp_path)
+    monkeypatch.chdir(project)
+    monkeypatch.syspath_prepend(str(site))
+    monkeypatch.syspath_prepend(str(project))
+    monkeypatch.delitem(sys.modules, "models", raising=False)
+    with pytest.raises(ConfigError) as info:
+        import_module_from_path("models.mlp", field="model_name")
+    message = str(info.value)
+    installed = site / "models" / "__init__.py"
+    assert f"'models' resolves to {installed}, an installed package" in message
+    assert f"not this project's folder {project / 'models'}" in message
+    assert "run from the project root" not in message
+    # The control: without the namesake the folder imports, and nothing is said.
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p != str(site)])
+    monkeypatch.delitem(sys.modules, "models", raising=False)
+    assert import_module_from_path("models.mlp").Model is object
+
+
+def test_a_config_importing_a_shadowed_folder_is_told_so(tmp_path, monkeypatch):
+    from gatle_ignite.config.loader import load_config_from_file
+
+    project = tmp_path / "old_layout"
+    (project / "configs").mkdir(parents=True)
+    (project / "configs" / "base_utils.py").write_text("ROOT = '.'\n")
+    config = project / "configs" / "old_v0.py"
+    config.write_text("from configs.base_utils import ROOT\n\n\ndef get_config():\n    pass\n")
+    site = _installed_namesakes(tmp_path)
+    monkeypatch.chdir(project)
+    monkeypatch.syspath_prepend(str(site))
+    monkeypatch.syspath_prepend(str(project))
+    monkeypatch.delitem(sys.modules, "configs", raising=False)
+    with pytest.raises(ConfigError, match="'configs' resolves to .*an installed package") as info:
+        load_config_from_file(config)
+    assert "Run from the directory" not in str(info.value)

@@ -1,6 +1,7 @@
 """The launcher (CONTRACT 2.6): topology, rendezvous, spawning, and parallel configs."""
 
 import datetime
+import logging
 import os
 import re
 import subprocess
@@ -496,3 +497,33 @@ def test_a_joined_world_gets_the_dist_timeout_once_made(monkeypatch, parallel):
     # ignite's Parallel takes no timeout for a world it only joins.
     assert instance.kwargs == {"backend": "gloo"}
     assert events == ["group made", datetime.timedelta(seconds=7)]
+
+
+@pytest.mark.parametrize("mark", [None, "config_error", "preempted"])
+def test_torchs_terminating_line_is_explained_or_dropped(tmp_path, mark):
+    from gatle_ignite.launch.ranks import RankMarks, _termination_explained
+
+    if mark is not None:
+        (tmp_path / f"{mark}-1").touch()
+    shown = []
+
+    class Keep(logging.Handler):
+        def emit(self, record):
+            shown.append(record.getMessage())
+
+    logger = logging.getLogger("torch.multiprocessing.spawn")
+    keep = Keep()
+    logger.addHandler(keep)
+    try:
+        with _termination_explained(RankMarks(str(tmp_path))):
+            logger.warning("Terminating process %s via signal SIGTERM", 4242)
+    finally:
+        logger.removeHandler(keep)
+    if mark is None:
+        assert shown == [
+            "a rank ended with an error (reported below), so its peers are stopped: "
+            "SIGTERM to process 4242"
+        ]
+    else:
+        # The rank said why itself: a config error, or the preemption message.
+        assert shown == []

@@ -1,5 +1,6 @@
 """The logging core: which backends exist, what reaches them, and when they are finished."""
 
+import re
 import subprocess
 import sys
 
@@ -89,11 +90,25 @@ def test_an_early_stop_is_a_clean_finish(make_cfg):
     assert recording_backend.FINISHED == [False]
 
 
-def test_pbar_replaces_the_text_progress_lines(make_cfg, capsys):
-    Trainer(0, make_cfg(max_epochs=1, logger_name=["pbar"])).fit()
+def test_pbar_replaces_the_text_progress_lines_on_a_terminal(make_cfg, capsys, monkeypatch):
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True, raising=False)
+    Trainer(0, make_cfg(max_epochs=2, logger_name=["pbar"])).fit()
     captured = capsys.readouterr()
     assert " TRAIN epoch " not in captured.out
-    assert "[1/4]" in captured.err
+    assert "train [2/2]: [4/4]" in captured.err
+    # Each eval bar says which split it is; the loss sits inside the brackets, after the rate,
+    # not behind a stray comma after the bar.
+    assert "valid: [1/2]" in captured.err
+    assert re.search(r"it/s, loss=[\d.]+\]", captured.err)
+    assert "|, " not in captured.err
+
+
+def test_pbar_writes_plain_lines_when_its_stream_is_no_terminal(make_cfg, capsys):
+    Trainer(0, make_cfg(max_epochs=1, logger_name=["pbar"])).fit()
+    captured = capsys.readouterr()
+    assert " TRAIN epoch 1: 4/4 (100%) | loss " in captured.out
+    # No bar redrawing itself with carriage returns and cursor moves into a log file.
+    assert "\r" not in captured.out + captured.err and "\x1b[" not in captured.out + captured.err
 
 
 def test_a_text_only_run_imports_no_optional_backend(tmp_path):
@@ -203,3 +218,18 @@ def test_a_logger_set_after_a_scripts_setup_is_the_one_fit_uses(make_cfg):
     task.fit()
     assert [epoch for metrics, epoch in task.logger.logged if "train/loss_avg" in metrics] == [1]
     assert task.logger.finished == [False]
+
+
+def test_a_progress_line_says_how_old_a_loss_read_earlier_is(capsys):
+    from ignite.engine import Engine
+
+    from gatle_ignite.trainer.progress import ProgressLines
+
+    reads = {2: (2, 0.75), 4: (2, 0.75)}
+    engine = Engine(lambda engine, batch: None)
+    ProgressLines("TRAIN", every=2, loss=lambda: reads[engine.state.iteration]).attach(engine)
+    engine.run(range(4), max_epochs=1)
+    lines = capsys.readouterr().out.splitlines()
+    assert "| loss 0.75 |" in lines[0]
+    # Read at iteration 2, shown at 4: the line says so rather than pass it off as current.
+    assert "| loss 0.75 (iteration 2) |" in lines[1]

@@ -45,8 +45,11 @@ def test_the_search_leaves_the_weights_and_the_optimizer_as_they_were(tmp_path):
     assert _digest(trainer.model.state_dict()) == weights
     assert repr(trainer.optimizer.state_dict()) == optimizer
     assert 1e-6 <= search.suggestion <= 10.0
-    assert len(search.lrs) == len(search.losses) <= 30
+    assert len(search.lrs) == len(search.losses) <= 31
     assert search.lrs == sorted(search.lrs)
+    # Each loss stands beside the rate its step ran at: the first at start_lr.
+    assert search.lrs[0] == 1e-6
+    assert search.suggestion in search.lrs
 
 
 def test_the_digest_sees_what_one_training_epoch_changes(tmp_path):
@@ -123,3 +126,36 @@ def test_without_matplotlib_lr_find_names_the_extra(tmp_path, capsys, monkeypatc
     err = capsys.readouterr().err
     assert 'pip install "gatle-ignite[plot]"' in err and "Traceback" not in err
     assert not (tmp_path / "run").exists()
+
+
+def test_the_report_starts_at_the_start_lr_given_and_says_what_the_curve_did(tmp_path, capsys):
+    config = write_toy_config(tmp_path / "cfg.py", save_dir=str(tmp_path / "run"))
+    flags = ["--start-lr", "1e-5", "--end-lr", "1", "--num-iter", "30"]
+    assert main(["lr-find", f"--config={config}", *flags]) == 0
+    first = re.search(r"^LR FIND: \d+ iterations, lr (\S+) to", capsys.readouterr().out, re.M)
+    assert float(first.group(1)) == 1e-5
+
+
+@pytest.mark.parametrize(
+    "losses, diverged, told",
+    [
+        # The curve of the issue: a rise to 3.6 times the lowest, short of ignite's stop at 5.
+        ([1.2, 1.03, 1.5, 3.75], False, "from 1.2 to 1.03 at lr 0.01, then rose to 3.75 at lr 1"),
+        ([2.0, 1.5, 1.2, 9.0], True, "then blew up by lr 1"),
+        ([2.0, 1.5, 1.2, 1.0], False, "still falling at the last lr, 1: a higher --end-lr"),
+        ([1.0, 1.2, 1.5, 2.0], False, "never fell below its first value 1, and rose to 2"),
+    ],
+)
+def test_the_report_tells_what_the_loss_did(losses, diverged, told):
+    lrs = [1e-3, 1e-2, 1e-1, 1.0]
+    search = LRSearch(lrs=lrs, losses=losses, suggestion=1e-2, diverged=diverged)
+    story = lr_find.curve_story(search)
+    assert told in story
+    assert ("never diverged" in story) is False
+
+
+def test_lr_find_help_says_what_it_writes(capsys):
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    listed = " ".join(capsys.readouterr().out.split())
+    assert "lr-find a learning-rate range test" in listed and "lr_find.png" in listed

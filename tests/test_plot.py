@@ -68,7 +68,7 @@ def _lines(ax):
 def test_one_panel_per_metric_in_a_valid_png(epoch_run, tmp_path):
     out = tmp_path / "curves.png"
     figure = plot_runs([epoch_run], out)
-    assert [ax.get_title() for ax in figure.axes] == ["train/loss_avg", "train/lr_0", "valid/acc"]
+    assert [ax.get_title() for ax in figure.axes] == ["train/loss_avg", "train/lr", "valid/acc"]
     image = imread(out)
     # Three panels in one row of 4.5 x 3.2 inches at 100 dpi, RGBA.
     assert image.shape == (320, 1350, 4)
@@ -80,7 +80,7 @@ def test_a_run_with_more_metrics_gets_more_panels(epoch_run, step_run, tmp_path)
     # The list-valued confusion matrix has no curve and no panel.
     assert [ax.get_title() for ax in more.axes] == [
         "train/loss_avg",
-        "train/lr_0",
+        "train/lr",
         "valid/acc",
         "valid/loss",
     ]
@@ -91,7 +91,7 @@ def test_a_run_with_more_metrics_gets_more_panels(epoch_run, step_run, tmp_path)
 def test_runs_are_overlaid_under_their_directory_names(epoch_run, step_run, tmp_path):
     figure = plot_runs([epoch_run, step_run], tmp_path / "both.png")
     assert len(figure.axes) == 4
-    lr = _panel(figure, "train/lr_0")
+    lr = _panel(figure, "train/lr")
     assert _lines(lr) == {"epoch_run": [2, 4, 6, 8], "step_run": [4, 8]}
     assert lr.get_xlabel() == "iteration"
     # One colour per run, in every panel.
@@ -118,8 +118,33 @@ def test_a_trained_run_gets_a_panel_per_logged_metric(tmp_path):
     with open(save_dir / "metrics.csv", newline="", encoding="utf-8") as handle:
         names = sorted({row["name"] for row in csv.DictReader(handle)})
     figure = plot_runs([save_dir], tmp_path / "toy.png")
-    assert [ax.get_title() for ax in figure.axes] == names
-    assert "valid/acc" in names and "train/lr_0" in names
+    assert "valid/acc" in names and "train/lr_0" in names and "train/loss_ce_avg" in names
+    # The toy's one loss term is the total again: one panel for both, named so.
+    merged = {"train/loss_avg": "train/loss_avg = train/loss_ce_avg", "train/lr_0": "train/lr"}
+    shown = [merged.get(name, name) for name in names if name != "train/loss_ce_avg"]
+    assert [ax.get_title() for ax in figure.axes] == shown
+
+
+def test_param_groups_share_one_lr_panel_a_line_each(tmp_path):
+    rows = [(1.0, 1, i, f"train/lr_{g}", 0.1 * i * (g + 1)) for i in (1, 2) for g in (0, 1)]
+    run = _run_dir(tmp_path / "grouped", rows)
+    figure = plot_runs([run], tmp_path / "grouped.png")
+    assert [ax.get_title() for ax in figure.axes] == ["train/lr"]
+    [ax] = figure.axes
+    assert _lines(ax) == {"param group 0": [1, 2], "param group 1": [1, 2]}
+    assert [line.get_linestyle() for line in ax.get_lines()] == ["-", "--"]
+
+
+def test_a_metric_equal_to_another_in_only_one_run_keeps_its_panel(tmp_path):
+    same = [(1.0, 1, 4, "train/loss_avg", 0.5), (1.0, 1, 4, "train/loss_ce_avg", 0.5)]
+    differs = [(1.0, 1, 4, "train/loss_avg", 0.5), (1.0, 1, 4, "train/loss_ce_avg", 0.25)]
+    one = _run_dir(tmp_path / "same", same)
+    assert [ax.get_title() for ax in plot_runs([one], tmp_path / "a.png").axes] == [
+        "train/loss_avg = train/loss_ce_avg"
+    ]
+    other = _run_dir(tmp_path / "differs", differs)
+    figure = plot_runs([one, other], tmp_path / "b.png")
+    assert [ax.get_title() for ax in figure.axes] == ["train/loss_avg", "train/loss_ce_avg"]
 
 
 def test_the_command_writes_the_png_and_says_where(epoch_run, step_run, tmp_path, capsys):

@@ -387,7 +387,7 @@ URL_SHOWN = f"https://{REDACTED}@"
 TRACKING_SHOWN = f"API request to http://{REDACTED}@127.0.0.1:9/"
 OUTPUTS = [
     # (scenario, output, what it must show)
-    ("secrets on the command line", "end-of-run summary", f"--override=db_password={REDACTED}"),
+    ("secrets on the command line", "end-of-run summary", f"--override 'db_password={REDACTED}'"),
     ("secrets on the command line", "end-of-run summary", "  resume   gatle-ignite train"),
     ("secrets on the command line", "stderr", ""),
     ("secrets on the command line", "W&B run files", f"db_password={REDACTED}"),

@@ -609,9 +609,20 @@ def test_status_exits_75_for_a_preempted_or_killed_run_and_1_for_a_failed_one(
 
 def test_status_of_a_directory_without_a_run_is_a_config_error(tmp_path, capsys):
     assert main(["status", str(tmp_path)]) == 2
-    assert "holds no gatle-ignite run" in capsys.readouterr().err
+    assert "holds no gatle-ignite run: nothing: it is empty" in capsys.readouterr().err
     assert main(["status", str(tmp_path / "nowhere")]) == 2
     assert "nowhere does not exist" in capsys.readouterr().err
+
+
+def test_status_of_an_lr_find_plot_says_so_and_not_that_it_is_a_0_4_run(tmp_path, capsys):
+    (tmp_path / "lr_find.png").write_bytes(b"\x89PNG")
+    assert main(["status", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "only lr_find.png, the plot `gatle-ignite lr-find` writes, which trains no run" in err
+    assert "0.4" not in err
+    (tmp_path / "latest_epoch_checkpoint_1.pt").write_bytes(b"")
+    assert main(["status", str(tmp_path)]) == 2
+    assert "a run of gatle-ignite 0.4" in capsys.readouterr().err
 
 
 # ---- under two ranks ----
@@ -658,6 +669,8 @@ def test_two_ranks_keep_one_manifest_refuse_together_and_resume(tmp_path):
     assert refused.returncode == 2
     assert refused.stderr.count("config error: save_dir") == 1
     assert "Traceback" not in refused.stderr
+    # Nor torch's warning that it stopped the other rank: the config error says why.
+    assert "Terminating process" not in refused.stderr
     assert _snapshot(tmp_path / "toy") == before
     resumed = _cli_process(config, "resume=True", "max_epochs=2")
     assert resumed.returncode == 0, resumed.stderr[-2000:]

@@ -3,10 +3,12 @@
 import contextlib
 import difflib
 import importlib
+import importlib.util
 import inspect
 import os
 import pkgutil
 import sys
+from pathlib import Path
 from typing import Optional
 
 __all__ = [
@@ -16,6 +18,7 @@ __all__ = [
     "import_entrypoint",
     "import_module_from_path",
     "report_config_error",
+    "shadowing_hint",
 ]
 
 
@@ -128,6 +131,11 @@ def import_module_from_path(path, field=None):
     try:
         return importlib.import_module(path)
     except ImportError as error:
+        shadowed = shadowing_hint(path)
+        if shadowed:
+            raise ConfigError(
+                f"could not import '{path}'{_origin(field)}: {error}\n{shadowed}"
+            ) from error
         raise ConfigError(
             f"could not import '{path}'{_origin(field)}: {error}\n  {_import_fix(path, error)}"
         ) from error
@@ -163,6 +171,30 @@ def _builtin_modules() -> list:
 
     modules = pkgutil.walk_packages(gatle_ignite.__path__, "gatle_ignite.", onerror=lambda _: None)
     return [m.name for m in modules if not any(p.startswith("_") for p in m.name.split("."))]
+
+
+def shadowing_hint(path: str) -> Optional[str]:
+    """The fix when the first name of ``path`` is a folder here that an installed package of
+    the same name shadows (PyPI has ``models``, ``metrics``, ``trainer``): a folder without
+    ``__init__.py`` loses to any regular package of its name, wherever it is on sys.path."""
+    top = path.split(".", 1)[0]
+    folder = Path.cwd() / top
+    if not folder.is_dir():
+        return None
+    try:
+        spec = importlib.util.find_spec(top)
+    except (ImportError, ValueError):
+        return None
+    origin = getattr(spec, "origin", None)
+    if origin is None or Path(origin).resolve().is_relative_to(folder.resolve()):
+        return None
+    return (
+        f"  '{top}' resolves to {origin}, an installed package, not this project's folder "
+        f"{folder}: the installed one shadows it.\n"
+        f"  Move the project's code under one package named after the project (with an "
+        f"__init__.py, as `gatle-ignite init` writes it) and name that in the config, or "
+        f"uninstall the other '{top}'."
+    )
 
 
 def _builtin_named_like(path: str) -> list:

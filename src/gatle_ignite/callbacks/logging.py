@@ -2,9 +2,11 @@
 
 import importlib
 import importlib.util
+import os
 import sys
 import warnings
 from types import ModuleType
+from typing import Optional
 
 import ignite.distributed as idist
 import torch
@@ -17,10 +19,12 @@ from gatle_ignite.utils.dist import rank_zero_print
 __all__ = [
     "BUILTIN_BACKENDS",
     "NOT_A_BACKEND",
+    "SUMMARY_FOLLOWS_VAR",
     "Backend",
     "LoggingCallback",
     "check_extra_installed",
     "import_extra",
+    "log_cadence",
 ]
 
 # The 0.4 names first; each optional one is also the name of the extra that installs it.
@@ -29,6 +33,9 @@ BUILTIN_BACKENDS = ("text", "wandb", "discord", "tensorboard", "csv", "mlflow")
 NOT_A_BACKEND = ("pbar",)
 # The built-in sinks that write into save_dir.
 _FILE_SINKS = ("csv", "tensorboard")
+# Set by `gatle-ignite train`, whose summary follows the run: the trainer's own end line would
+# say again what the summary's first line says. Inherited by the ranks it spawns.
+SUMMARY_FOLLOWS_VAR = "GATLE_IGNITE_SUMMARY_FOLLOWS"
 # The package each optional built-in backend needs, which its extra installs.
 _EXTRA_PACKAGES = {
     "wandb": "wandb",
@@ -42,7 +49,7 @@ class Backend:
     """A logging sink. Subclass it and override ``log``; ``watch`` and ``finish`` are no-ops.
 
     ``log`` gets one record per epoch (every engine's metrics of that epoch together) and, when
-    ``per_iteration`` is true, the points logged every ``log_every`` iterations (the learning
+    ``per_iteration`` is true, the points logged every ``log_cadence`` iterations (the learning
     rates, the loss, the gradient norm). Every record carries the trainer's global iteration as
     ``step`` and the epoch alongside, so all curves share one axis.
     """
@@ -64,6 +71,23 @@ class Backend:
 
     def finish(self, failed=False):
         pass
+
+
+# log_every when the config leaves it unset: 100, or less in a short epoch, so that a run of a
+# few hundred iterations still draws its learning-rate schedule.
+_DEFAULT_LOG_EVERY = 100
+_POINTS_PER_EPOCH = 20
+
+
+def log_cadence(cfg, epoch_length: Optional[int]) -> int:
+    """Iterations between per-iteration points: ``cfg.log_every``, or, unset, every
+    ``epoch_length // 20`` iterations (at least 1, at most 100)."""
+    every = cfg.get("log_every", None)
+    if every is not None:
+        return every
+    if not epoch_length:
+        return _DEFAULT_LOG_EVERY
+    return min(_DEFAULT_LOG_EVERY, max(epoch_length // _POINTS_PER_EPOCH, 1))
 
 
 def _missing_extra(backend: str, reason: str) -> ConfigError:
@@ -148,6 +172,8 @@ class LoggingCallback:
         self._epoch_record = {}
         # The non-finite check, whose last read loss is logged as train/loss.
         self._losses = None
+        # Iterations between per-iteration points (log_cadence), once the trainer runs.
+        self._log_every = None
         self.started = False
 
     @property
@@ -211,7 +237,7 @@ class LoggingCallback:
             if not engine.should_terminate:
                 self._epoch_record.update(_flatten(engine.state.metrics))
 
-        @trainer.on(Events.ITERATION_COMPLETED(every=self.cfg.log_every))
+        @trainer.on(Events.ITERATION_COMPLETED(event_filter=self._log_point_due))
         def _log_lr_and_loss(engine):
             if engine.should_terminate:
                 return
@@ -221,13 +247,19 @@ class LoggingCallback:
                 point["train/loss"] = last[1]
             self._log(point, engine.state.iteration, engine.state.epoch, per_iteration=True)
 
+    def _log_point_due(self, engine, iteration) -> bool:
+        # Worked out once: the epoch's length is known once the engine runs.
+        if self._log_every is None:
+            self._log_every = log_cadence(self.cfg, engine.state.epoch_length)
+        return iteration % self._log_every == 0
+
     def on_train_iteration(self, trainer, model):
         if not self.cfg.watch_grad or not self.backends:
             return
         for backend in self.backends:
             backend.watch(model)
 
-        @trainer.on(Events.ITERATION_COMPLETED(every=self.cfg.log_every))
+        @trainer.on(Events.ITERATION_COMPLETED(event_filter=self._log_point_due))
         def _log_grad_norm(engine):
             if engine.should_terminate:
                 return
@@ -260,7 +292,10 @@ class LoggingCallback:
     def on_completion(self, trainer):
         @trainer.on(Events.COMPLETED)
         def _announce(engine):
-            rank_zero_print(f"TRAINING COMPLETE after {engine.state.epoch} epochs")
+            if os.environ.get(SUMMARY_FOLLOWS_VAR) == "1":
+                return  # the command's summary says it, on its first line
+            epochs = engine.state.epoch
+            rank_zero_print(f"TRAINING COMPLETE after {epochs} epoch{'' if epochs == 1 else 's'}")
 
     def finish(self, failed=False):
         """Finish every backend, even when one of them raises, then forget them all."""

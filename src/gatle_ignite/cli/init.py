@@ -1,4 +1,9 @@
-"""``gatle-ignite init``: write a new project from the template shipped inside the package."""
+"""``gatle-ignite init``: write a new project from the template shipped inside the package.
+
+The project's code is one regular package named after the project (``<name>/<name>/models``,
+``<name>/<name>/configs``, ...): an installed package called ``models`` or ``trainer`` cannot
+shadow it, where it would shadow a top-level folder of that name.
+"""
 
 import importlib.resources
 import importlib.util
@@ -22,8 +27,8 @@ def _validate(name):
         raise ConfigError(
             f"{name!r} is not a usable project name: it must be a Python identifier that is "
             f"not a keyword.\n"
-            f"  It is part of the module path the config imports the trainer from, "
-            f"'trainer.{name}_trainer'.\n"
+            f"  It names the project's package, which the config imports the trainer from: "
+            f"'{name}.trainer.{name}_trainer'.\n"
             f"  Use a name such as 'my_project'."
         )
     if name == "gatle_ignite":
@@ -71,8 +76,9 @@ def _report(root, written, name):
     if root.parent != Path.cwd().resolve():
         print(f"  cd {root.parent}")
     print(f"  cd {name}")
-    print(f"  gatle-ignite config --config=configs/{name}_v0.py   # validates the wiring, no GPU")
-    print(f"  gatle-ignite train --config=configs/{name}_v0.py    # trains on the CPU in seconds")
+    config = f"--config={name}/configs/{name}_v0.py"
+    print(f"  gatle-ignite config {config}   # validates the wiring, no GPU")
+    print(f"  gatle-ignite train {config}    # trains on the CPU in seconds")
     print(f"  then read {name}/README.md: where each kind of component goes")
 
 

@@ -19,12 +19,16 @@ if TYPE_CHECKING:
     # Only for the annotations: the parser reads this module's defaults, and must stay light.
     from ml_collections import config_dict
 
-__all__ = ["LRSearch", "draw_lr_search", "find_lr", "run_lr_find"]
+__all__ = ["LRSearch", "curve_story", "draw_lr_search", "find_lr", "run_lr_find"]
 
 DEFAULT_START_LR = 1e-7
 DEFAULT_END_LR = 10.0
 DEFAULT_NUM_ITER = 100
 PLOT_FILE = "lr_find.png"
+# ignite's FastaiLRFinder stops once the smoothed loss passes this many times its lowest.
+_DIVERGED = 5
+# A last loss this much above the lowest is told as a rise, not noise around the minimum.
+_ROSE = 1.1
 
 
 class LRSearch(NamedTuple):
@@ -103,6 +107,7 @@ def find_lr(trainer, start_lr: float, end_lr: float, num_iter: int) -> LRSearch:
             num_iter=num_iter,
             start_lr=float(start_lr),
             end_lr=float(end_lr),
+            diverge_th=_DIVERGED,
         ) as searching,
     ):
         # ignite's advice on a run that never diverged speaks of its API; _report says it.
@@ -111,10 +116,15 @@ def find_lr(trainer, start_lr: float, end_lr: float, num_iter: int) -> LRSearch:
     history = finder.get_results()
     diverged = len(history["loss"]) < num_iter
     _drop_non_finite_tail(history)
+    scheduled = [_first_group(lr) for lr in history["lr"]]
+    # ignite records, beside each loss, the rate its schedule sets for the NEXT step: the step
+    # that made the loss ran at the one before (the first at start_lr).
+    used = [float(start_lr), *scheduled[:-1]]
+    suggestion = _suggestion(finder)
     return LRSearch(
-        lrs=[_first_group(lr) for lr in history["lr"]],
+        lrs=used,
         losses=list(history["loss"]),
-        suggestion=_suggestion(finder),
+        suggestion=used[scheduled.index(suggestion)] if suggestion in scheduled else suggestion,
         diverged=diverged,
     )
 
@@ -175,15 +185,37 @@ def draw_lr_search(search: LRSearch, out: Union[str, os.PathLike]):
     return figure
 
 
-def _report(search: LRSearch, cfg, out: Path) -> None:
-    ending = (
-        "where the loss diverged"
-        if search.diverged
-        else "and the loss never diverged: a higher --end-lr shows where it does"
+def curve_story(search: LRSearch) -> str:
+    """What the (smoothed) loss did over the search, in words, with the rates where it did it."""
+    losses, lrs = search.losses, search.lrs
+    low = min(range(len(losses)), key=losses.__getitem__)
+    first, lowest, last = losses[0], losses[low], losses[-1]
+    if low == 0:
+        story = f"the loss never fell below its first value {first:.3g}, and rose to {last:.3g}"
+        return story + ": a lower --start-lr shows where it falls"
+    if low == len(losses) - 1:
+        return (
+            f"the loss fell from {first:.3g} to {lowest:.3g} and was still falling at the last "
+            f"lr, {lrs[-1]:.3g}: a higher --end-lr shows where it rises"
+        )
+    story = f"the loss fell from {first:.3g} to {lowest:.3g} at lr {lrs[low]:.3g}"
+    if search.diverged:
+        return story + (
+            f", then blew up by lr {lrs[-1]:.3g} (past {_DIVERGED:g} times its lowest, or not "
+            f"finite), which ended the search"
+        )
+    if last > lowest * _ROSE:
+        return story + f", then rose to {last:.3g} at lr {lrs[-1]:.3g}"
+    return story + (
+        f" and stayed near it ({last:.3g}) to the last lr, {lrs[-1]:.3g}: a higher --end-lr "
+        f"shows where it rises"
     )
+
+
+def _report(search: LRSearch, cfg, out: Path) -> None:
     print(
         f"LR FIND: {len(search.lrs)} iterations, lr {search.lrs[0]:.3g} to "
-        f"{search.lrs[-1]:.3g}, {ending}"
+        f"{search.lrs[-1]:.3g}: {curve_story(search)}"
     )
     print(f"suggested learning rate: {search.suggestion:.3g}")
     if "lr" in cfg.get("optimizer_params", {}):

@@ -99,7 +99,9 @@ def _add_tool_parsers(commands) -> None:
     add_export_arguments(export)
 
     lr_find = commands.add_parser(
-        "lr-find", help="a learning-rate range test; suggests a learning rate, saves nothing"
+        "lr-find",
+        help="a learning-rate range test: prints a suggested learning rate and writes the "
+        "loss-vs-lr plot (a PNG, default <save_dir>/lr_find.png); no checkpoint",
     )
     _add_config_args(lr_find, "one config file")
     lr_find.add_argument(
@@ -290,12 +292,13 @@ def _train(args: argparse.Namespace, paths: list[str]) -> int:
     if len(paths) > 1:
         # Each child loads and validates its own config; the parent only fans out.
         return launcher.launch_many(paths, [f"--override={item}" for item in args.override])
-    from gatle_ignite.cli.summary import last_recorded, print_run_summary
+    from gatle_ignite.cli.summary import last_recorded, print_run_summary, summary_follows
 
     cfg = _prepare(args, paths[0])
     _check_components(cfg)
     started, before = time.monotonic(), last_recorded(cfg.save_dir)
-    launcher.launch(cfg)
+    with summary_follows():
+        launcher.launch(cfg)
     if last_recorded(cfg.save_dir) != before:  # a run saving nothing beside another leaves it
         print_run_summary(cfg, paths[0], args.override, time.monotonic() - started)
     return 0

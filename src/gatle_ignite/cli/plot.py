@@ -10,6 +10,7 @@ Optuna's own plots beside the curves.
 import csv
 import math
 import os
+import re
 import warnings
 from collections import defaultdict
 from collections.abc import Sequence
@@ -112,19 +113,79 @@ def _xy(points: list, by_step: bool) -> tuple:
     return [p.step if by_step else p.epoch for p in kept], [p.value for p in kept]
 
 
-def _draw_panel(ax, name: str, histories: list, labels: list) -> None:
+# The learning rate of each param group (train/lr_0, train/lr_1, ...): one panel, a line each.
+_LR_GROUP = re.compile(r"(?P<panel>.+/lr)_(?P<group>\d+)")
+_GROUP_STYLES = ("-", "--", ":", "-.")
+
+
+class _Panel(NamedTuple):
+    title: str
+    # (metric name, param group or None) of each series the panel draws.
+    series: tuple
+
+
+def _panels(histories: list) -> list:
+    """The panels to draw, in title order: one per metric, the param groups' learning rates
+    together, and a metric whose every run's points equal another's only named in its title
+    (a single loss term's ``loss_ce_avg`` is ``loss_avg`` again)."""
+    names = sorted({name for history in histories for name in history})
+    grouped, seen = defaultdict(list), {}
+    for name in names:
+        lr = _LR_GROUP.fullmatch(name)
+        if lr:
+            grouped[lr["panel"]].append((name, int(lr["group"])))
+    in_groups = {name for members in grouped.values() for name, _ in members}
+    # Shorter names first: of two equal curves the shorter name (loss_avg) is the one drawn.
+    for name in sorted(set(names) - in_groups, key=lambda n: (len(n), n)):
+        points = tuple(tuple(history.get(name, ())) for history in histories)
+        if points in seen:
+            seen[points].append(name)
+            continue
+        seen[points] = [name]
+    panels = [
+        _Panel(same[0] + "".join(f" = {other}" for other in same[1:]), ((same[0], None),))
+        for same in seen.values()
+    ]
+    panels += [
+        _Panel(title, tuple(sorted(members, key=lambda m: m[1])))
+        for title, members in grouped.items()
+    ]
+    return sorted(panels)
+
+
+def _series_label(run_label: str, group, groups: int, runs: int) -> str:
+    if group is None or groups == 1:
+        return run_label
+    named = f"param group {group}"
+    return named if runs == 1 else f"{run_label}, {named}"
+
+
+def _draw_panel(ax, panel: _Panel, histories: list, labels: list) -> None:
     from matplotlib.ticker import MaxNLocator
 
-    series = [history.get(name, []) for history in histories]
+    series = [history.get(name, []) for history in histories for name, _ in panel.series]
     by_step = _all_have_steps(series)
-    for index, (points, label) in enumerate(zip(series, labels)):
-        if not points:
-            continue
-        xs, ys = _xy(points, by_step)
-        marker = "o" if len(xs) <= _MARKED_POINTS else None
-        # One colour per run across every panel, so a run is followed from panel to panel.
-        ax.plot(xs, ys, marker=marker, markersize=3, linewidth=1.4, color=f"C{index}", label=label)
-    ax.set_title(name, fontsize=10)
+    groups = len(panel.series)
+    for index, (history, label) in enumerate(zip(histories, labels)):
+        for position, (name, group) in enumerate(panel.series):
+            points = history.get(name, [])
+            if not points:
+                continue
+            xs, ys = _xy(points, by_step)
+            marker = "o" if len(xs) <= _MARKED_POINTS else None
+            # One colour per run across every panel, so a run is followed from panel to
+            # panel; a line style per param group.
+            ax.plot(
+                xs,
+                ys,
+                marker=marker,
+                markersize=3,
+                linewidth=1.4,
+                color=f"C{index}",
+                linestyle=_GROUP_STYLES[position % len(_GROUP_STYLES)],
+                label=_series_label(label, group, groups, len(histories)),
+            )
+    ax.set_title(panel.title, fontsize=10)
     ax.set_xlabel("iteration" if by_step else "epoch (no step recorded)", fontsize=8)
     # Steps and epochs are counts: no tick between two of them.
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
@@ -136,18 +197,18 @@ def _draw_panel(ax, name: str, histories: list, labels: list) -> None:
 def draw_histories(histories: list, labels: list, columns: int = 3):
     """A Figure with one panel per metric, every history overlaid in each."""
     Figure = require_matplotlib("plot")
-    names = sorted({name for history in histories for name in history})
-    if not names:
+    panels = _panels(histories)
+    if not panels:
         raise ConfigError(f"nothing to plot: no numeric metric in {', '.join(labels)}")
-    ncols = min(columns, len(names))
-    nrows = math.ceil(len(names) / ncols)
+    ncols = min(columns, len(panels))
+    nrows = math.ceil(len(panels) / ncols)
     # One column is as wide as three: a single-column page shows each panel at full width.
     width = 13.5 / ncols if ncols < 3 else 4.5
     figure = Figure(figsize=(width * ncols, 3.2 * nrows))
     axes = list(figure.subplots(nrows, ncols, squeeze=False).flat)
-    for ax, name in zip(axes, names):
-        _draw_panel(ax, name, histories, labels)
-    for ax in axes[len(names) :]:
+    for ax, panel in zip(axes, panels):
+        _draw_panel(ax, panel, histories, labels)
+    for ax in axes[len(panels) :]:
         ax.remove()
     figure.tight_layout()
     return figure

@@ -9,6 +9,7 @@ training it now.
 from pathlib import Path
 from typing import Optional
 
+from gatle_ignite.cli.lr_find import PLOT_FILE as LR_FIND_PLOT
 from gatle_ignite.dispatch import ConfigError
 from gatle_ignite.redaction import shown_command
 from gatle_ignite.run.directory import indexed_view
@@ -41,11 +42,30 @@ def _read(save_dir: Path) -> tuple:
     except ValueError as error:
         return None, str(error)
     if manifest is None:
-        raise ConfigError(
-            f"{save_dir} holds no gatle-ignite run (no run.json).\n"
-            f"  Give the save_dir of a run; a 0.4 run directory gets one at its next resume."
-        )
+        raise ConfigError(_no_run(save_dir))
     return manifest, ""
+
+
+def _no_run(save_dir: Path) -> str:
+    """Why ``save_dir`` (no ``run.json``) is no run, by what it holds."""
+    if indexed_view(save_dir, None):
+        return (
+            f"{save_dir} holds checkpoints but no run.json: a run of gatle-ignite 0.4, which "
+            f"gets one at its next resume.\n"
+            f"  Resume it (--override resume=True), or give the save_dir of another run."
+        )
+    held = sorted(entry.name for entry in save_dir.iterdir())
+    if held == [LR_FIND_PLOT]:
+        what = f"only {LR_FIND_PLOT}, the plot `gatle-ignite lr-find` writes, which trains no run"
+    elif held:
+        what = f"no run.json and no checkpoint, only {', '.join(held[:5])}"
+        what += f" and {len(held) - 5} more" if len(held) > 5 else ""
+    else:
+        what = "nothing: it is empty"
+    return (
+        f"{save_dir} holds no gatle-ignite run: {what}.\n"
+        f"  Give the save_dir of a run that `gatle-ignite train` started."
+    )
 
 
 def _progress(manifest) -> str:

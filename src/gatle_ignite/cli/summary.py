@@ -4,20 +4,63 @@ Read from the run's manifest, so they are the same whether the run trained in th
 in ranks it spawned.
 """
 
+import contextlib
 import os
+import re
+import shlex
 import time
 from pathlib import Path
 from typing import Optional
 
+from gatle_ignite.callbacks.logging import SUMMARY_FOLLOWS_VAR
 from gatle_ignite.cli.time_breakdown import time_breakdown_rows
-from gatle_ignite.redaction import shown_command
+from gatle_ignite.redaction import redact_argv
 from gatle_ignite.run.layout import MANIFEST_FILE, OWNED_LOGS
 from gatle_ignite.run.manifest import Manifest
 
-__all__ = ["print_run_summary"]
+__all__ = ["print_run_summary", "summary_follows"]
 
 # Overrides that steer one start and would mislead in a suggested command.
 _ONE_OFF = ("resume", "replace_run", "accept_changes", "profile")
+# Fields only training reads: `eval` runs every engine once on a checkpoint, so an evaluate
+# command that repeated them would only be longer.
+_TRAINING_ONLY = (
+    "max_epochs",
+    "train_length",
+    "early_stop_patience",
+    "early_stop_after",
+    "optimizer_params",
+    "lr_scheduler",
+    "lr_scheduler_params",
+    "grad_clip_norm",
+    "grad_clip_value",
+    "accum_steps",
+    "check_every",
+    "save_ckpt",
+    "n_saved",
+    "save_every_iters",
+    "async_save",
+    "model_checkpoint_dir",
+    "log_every",
+    "watch_grad",
+)
+_TRAINING_ONLY_PATTERN = re.compile(r"every_\w+|\w+_early_stop_(patience|after)")
+# Characters a shell still reads inside double quotes (and bash's history expansion).
+_SPECIAL_IN_DOUBLE_QUOTES = set('"\\$`!')
+
+
+@contextlib.contextmanager
+def summary_follows():
+    """Around a training run this command sums up: the trainer leaves its end line out."""
+    previous = os.environ.get(SUMMARY_FOLLOWS_VAR)
+    os.environ[SUMMARY_FOLLOWS_VAR] = "1"
+    try:
+        yield
+    finally:
+        if previous is None:
+            os.environ.pop(SUMMARY_FOLLOWS_VAR, None)
+        else:
+            os.environ[SUMMARY_FOLLOWS_VAR] = previous
 
 
 def _first_process() -> bool:
@@ -25,10 +68,37 @@ def _first_process() -> bool:
     return os.environ.get("RANK", os.environ.get("SLURM_PROCID", "0")) == "0"
 
 
+def _field(override: str) -> str:
+    """The top-level field an override sets: ``optimizer_params`` for ``optimizer_params.lr=1``."""
+    return override.split("=", 1)[0].strip().split(".", 1)[0]
+
+
+def _training_only(override: str) -> bool:
+    field = _field(override)
+    return field in _TRAINING_ONLY or bool(_TRAINING_ONLY_PATTERN.fullmatch(field))
+
+
+def _quoted(word: str) -> str:
+    """The word as a shell reads it back: bare when it can be, else in the quotes a person
+    would write (``"logger_name=['text', 'csv']"``), else as shlex quotes it."""
+    quoted = shlex.quote(word)
+    if quoted == word or "'" not in word:
+        return quoted
+    if not _SPECIAL_IN_DOUBLE_QUOTES & set(word):
+        return f'"{word}"'
+    return quoted
+
+
 def _command(verb: str, config: str, overrides, *extra) -> str:
-    kept = [o for o in overrides if o.split("=", 1)[0].strip() not in _ONE_OFF]
-    words = ["gatle-ignite", verb, f"--config={config}", *(f"--override={o}" for o in kept)]
-    return shown_command([*words, *extra])
+    """A command to copy: ``--config=PATH``, then ``--override KEY=VALUE`` words, redacted."""
+    kept = [o for o in overrides if _field(o) not in _ONE_OFF]
+    if verb == "eval":
+        kept = [o for o in kept if not _training_only(o)]
+    words = [f"--config={config}"]
+    for override in kept:
+        words += ["--override", override]
+    words = redact_argv([*words, *extra])
+    return " ".join(["gatle-ignite", verb, *map(_quoted, words)])
 
 
 def _best_line(manifest: Manifest, cfg, save_dir: Path):

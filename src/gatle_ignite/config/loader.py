@@ -13,7 +13,7 @@ from ml_collections import config_dict
 from gatle_ignite.callbacks.run_record import redact_text, shown_value
 from gatle_ignite.config.base import OPTIONAL_KNOWN
 from gatle_ignite.config.names import HINT_CUTOFF, TYPO_CUTOFF, closest, framework_fields
-from gatle_ignite.dispatch import ConfigError
+from gatle_ignite.dispatch import ConfigError, shadowing_hint
 
 __all__ = ["apply_overrides", "load_config_from_file", "require_config"]
 
@@ -40,6 +40,9 @@ def load_config_from_file(path: Union[str, os.PathLike]):
                 f"absolute imports, for example `from dataloaders.vocab import X`, not "
                 f"`from .vocab import X`."
             ) from error
+        shadowed = shadowing_hint(error.name or "")
+        if shadowed:
+            raise ConfigError(f"could not import {path}: {error}\n{shadowed}") from error
         raise ConfigError(
             f"could not import {path}: {error}\n"
             f"  Run from the directory the config's dotted paths are relative to (the working "

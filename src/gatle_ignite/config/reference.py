@@ -128,7 +128,9 @@ FIELD_DOCS: dict[str, str] = {
         "that makes ranks agree on a non-finite loss or a preemption). Between reads no step "
         "waits for the device. A non-finite loss is still reported at the exact iteration it "
         "appeared, and a read is forced before anything is saved, evaluated or logged. Unset: 1 "
-        "for one process on the CPU, where a read is free, else 64."
+        "for one process on the CPU, where a read is free, else 64, plus a read at each "
+        "progress line (ten an epoch) so that its loss is current; set, a progress line between "
+        "reads shows the last loss read with its iteration."
     ),
     # ---- training loop ----
     "max_epochs": (
@@ -262,12 +264,15 @@ FIELD_DOCS: dict[str, str] = {
         "(tqdm bars instead of text progress lines)."
     ),
     "log_every": (
-        "Trainer iterations between learning-rate points (`train/lr_<group>`), and gradient-norm "
-        "points with `watch_grad`."
+        "Trainer iterations between per-iteration points: the learning rate of each param group "
+        "(`train/lr_<group>`), the loss (`train/loss`) and, with `watch_grad`, the gradient "
+        "norm. Unset (the default): a twentieth of an epoch, at least 1 and at most 100, so a "
+        "short run still draws its schedule."
     ),
     "verbosity": (
-        "What a run prints: 0 the results, warnings and errors; 1 (default) also the progress "
-        "lines; 2 also ignite's own INFO lines (loader settings, the DDP wrap)."
+        "What a run prints: 0 the results, warnings and errors (and the early-stopping "
+        "lines); 1 (default) also the progress lines; 2 also ignite's own INFO lines (loader "
+        "settings, the DDP wrap, EarlyStopping's own `Stop training`)."
     ),
     "watch_grad": (
         "Log the global gradient norm (`train/grad_norm`) every `log_every` iterations and "

@@ -28,7 +28,7 @@ def _is_mapping(value) -> bool:
 
 # (fields, accepts(value), what the value must be). None passes only where a rule says so.
 _RULES = (
-    (("max_epochs", "log_every"), lambda v: _is_int(v) and v >= 1, "an int >= 1"),
+    (("max_epochs",), lambda v: _is_int(v) and v >= 1, "an int >= 1"),
     # The trainer's own words for it, which it says again when a script builds one.
     (("accum_steps",), lambda v: _is_int(v) and v >= 1, "an integer >= 1"),
     (("amp_dtype",), lambda v: v in AMP_DTYPES, f"one of {', '.join(map(repr, AMP_DTYPES))}"),
@@ -41,6 +41,11 @@ _RULES = (
         ("train_length", "val_length", "test_length", "check_every"),
         lambda v: v is None or (_is_int(v) and v >= 1),
         "None (the whole loader) or an int >= 1",
+    ),
+    (
+        ("log_every",),
+        lambda v: v is None or (_is_int(v) and v >= 1),
+        "None (a default tied to the epoch's length) or an int >= 1",
     ),
     (
         ("grad_clip_norm", "grad_clip_value"),

@@ -64,7 +64,12 @@ def build_early_stoppers(specs, engines, cfg, score_function) -> dict:
 
 
 class EarlyStop:
-    """A post-eval handler around ignite's EarlyStopping, with its counter checkpointed."""
+    """A post-eval handler around ignite's EarlyStopping, with its counter checkpointed.
+
+    Only a strictly better score is an improvement (a tie counts against the patience), as it
+    is for the best checkpoint, which a tie does not replace. The decision is taken after the
+    evaluation; its line is printed by ``announce``, after the epoch's block of metrics.
+    """
 
     def __init__(self, spec, patience, after, score_function, trainer):
         self.spec = spec
@@ -75,8 +80,8 @@ class EarlyStop:
         self._inner = EarlyStopping(
             patience=patience, score_function=self._agreed_score, trainer=trainer
         )
-        # ignite logs its own "EarlyStopping: Stop training" line; ours is printed instead.
-        self._inner.logger.propagate = False
+        # What the last evaluation decided, for announce(); None when there is nothing to say.
+        self._pending = None
 
     def _agreed_score(self, engine) -> float:
         """Rank 0's score, broadcast so every rank's counter moves together."""
@@ -96,15 +101,23 @@ class EarlyStop:
         before = self._inner.counter
         self._inner(engine)
         counter = self._inner.counter
-        if idist.get_rank() != 0:
+        if counter >= self.patience or counter > before:
+            self._pending = (counter, epoch)
+
+    def announce(self, _engine=None) -> None:
+        """Print what the last evaluation decided (rank 0), once; attached after the epoch's
+        metrics are logged, so the line sits under the block it judges."""
+        pending, self._pending = self._pending, None
+        if pending is None or idist.get_rank() != 0:
             return
+        counter, epoch = pending
         name = self.spec.engine_type
         if counter >= self.patience:
             print(
                 f"[early-stop] {name}: no improvement for {counter} evaluations -- "
                 f"stopping at epoch {epoch}"
             )
-        elif counter > before:
+        else:
             print(f"[early-stop] {name}: {counter}/{self.patience} evaluations with no improvement")
 
     @property

@@ -2,6 +2,7 @@
 and one exit code that says how the ranks ended."""
 
 import contextlib
+import logging
 import multiprocessing
 import os
 import signal
@@ -76,6 +77,7 @@ def supervised(nproc: int):
         RankMarks.exported() as marks,
         _ranks_supervised(nproc, marks),
         _teardown_crash_tolerated(nproc, marks),
+        _termination_explained(marks),
     ):
         yield
 
@@ -120,6 +122,44 @@ def _ranks_supervised(nproc: int, marks: RankMarks):
                 # The rank has said why; a traceback here would only repeat it.
                 raise SystemExit(error.exit_code) from None
             raise
+
+
+# torch's join logs this for each rank still running after one ended with an error.
+_TORCH_SPAWN_LOGGER = "torch.multiprocessing.spawn"
+_TERMINATING = "Terminating process"
+
+
+class _TerminationLine(logging.Filter):
+    """torch's "Terminating process <pid> via signal SIGTERM": dropped after a config error or a
+    preemption, which the ranks have reported themselves; otherwise said in words."""
+
+    def __init__(self, marks: "RankMarks"):
+        super().__init__()
+        self.marks = marks
+
+    def filter(self, record) -> bool:
+        if not str(record.msg).startswith(_TERMINATING):
+            return True
+        if self.marks.count("config_error", "preempted"):
+            return False
+        pid = record.args[0] if record.args else "?"
+        record.msg, record.args = (
+            "a rank ended with an error (reported below), so its peers are stopped: "
+            "SIGTERM to process %s",
+            (pid,),
+        )
+        return True
+
+
+@contextlib.contextmanager
+def _termination_explained(marks: "RankMarks"):
+    logger = logging.getLogger(_TORCH_SPAWN_LOGGER)
+    line = _TerminationLine(marks)
+    logger.addFilter(line)
+    try:
+        yield
+    finally:
+        logger.removeFilter(line)
 
 
 def _preempted_code(error) -> int:

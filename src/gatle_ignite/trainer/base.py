@@ -9,6 +9,7 @@ import ignite.distributed as idist
 import torch
 from ignite.engine import Engine, Events
 
+from gatle_ignite.callbacks.backends.text import format_value
 from gatle_ignite.callbacks.run_record import config_payload
 from gatle_ignite.config.base import base_config
 from gatle_ignite.config.validate import validate_config
@@ -47,7 +48,7 @@ from gatle_ignite.trainer.handlers import (
 from gatle_ignite.trainer.lifecycle import recorded_run, settle_writes
 from gatle_ignite.trainer.preemption import REQUEST as PREEMPTION
 from gatle_ignite.trainer.preemption import preemption_signals, shield_workers, stop_at_once
-from gatle_ignite.trainer.progress import attach_progress_output
+from gatle_ignite.trainer.progress import attach_progress_output, epoch_length_of
 from gatle_ignite.trainer.strategy import ddp_params, distribute, gradient_sync, strategy_of
 from gatle_ignite.trainer.telemetry.epochs import Telemetry
 from gatle_ignite.utils.amp import autocast_device_type, resolve_amp_dtype
@@ -437,6 +438,9 @@ class BaseTrainer:
         attach_checkpoint_writes(self)
         # After the checkpoint writes, so an epoch's perf/ record includes its checkpoint.
         self._telemetry.attach_record(trainer)
+        for stopper in self._early_stoppers.values():
+            # Under the epoch's block and its perf line: the decision they lead to.
+            trainer.add_event_handler(Events.EPOCH_COMPLETED, stopper.announce)
         # Last: a request stops the run after the iteration's or the epoch's checkpoints.
         self._preemption = PreemptionStop(
             idist.get_world_size(),
@@ -469,7 +473,8 @@ class BaseTrainer:
             if metrics:
                 results.update(metrics)
         for name, value in results.items():
-            rank_zero_print(f"{name}: {value}")
+            # As the epoch blocks of training show it.
+            rank_zero_print(f"{name}: {format_value(value)}")
         return results
 
     def teardown(self, failed=False):
@@ -652,7 +657,7 @@ class BaseTrainer:
         # at an epoch's end, before anything evaluates, saves or logs that epoch.
         self._nan_check = NonFiniteCheck(
             every=check_every(self.cfg, self.device),
-            also_at=save_and_log_cadences(self.cfg),
+            also_at=save_and_log_cadences(self.cfg, epoch_length_of(self.cfg, self.dls["train"])),
             world_size=idist.get_world_size(),
             preemption=PREEMPTION,
             on_stop=self._mark_diverged,

@@ -11,14 +11,17 @@ import math
 import numbers
 import signal
 import warnings
+from typing import Optional
 
 import ignite.distributed as idist
 import torch
 from ignite.engine import Events
 from ignite.metrics import Average
 
+from gatle_ignite.callbacks.logging import log_cadence
 from gatle_ignite.trainer.preemption import REQUEST as PREEMPTION
 from gatle_ignite.trainer.preemption import Preempted, exit_code_for, signal_name
+from gatle_ignite.trainer.progress import progress_every, shows_progress
 
 __all__ = [
     "DEFAULT_CHECK_EVERY",
@@ -70,14 +73,20 @@ def check_every(cfg, device) -> int:
     return 1 if free else DEFAULT_CHECK_EVERY
 
 
-def save_and_log_cadences(cfg) -> tuple:
-    """Iteration cadences at which something is saved or logged, so a check comes first.
+def save_and_log_cadences(cfg, epoch_length: Optional[int] = None) -> tuple:
+    """Iteration cadences at which something is saved, logged or shown, so a check comes
+    first: a checkpoint, a per-iteration point and, unless ``check_every`` is set, a progress
+    line (which then shows the loss of its own iteration).
 
-    From the config alone, so that every rank checks at the same iterations.
+    From the config and the epoch's length alone, so that every rank checks at the same
+    iterations.
     """
     saving = (cfg.get("save_every_iters", 0) or 0) if cfg.save_ckpt else 0
-    logging = cfg.log_every if any(name != "pbar" for name in cfg.logger_name) else 0
-    return (saving, logging)
+    logged = any(name != "pbar" for name in cfg.logger_name)
+    logging = log_cadence(cfg, epoch_length) if logged else 0
+    chosen = cfg.get("check_every", None) is not None
+    showing = progress_every(epoch_length) if shows_progress(cfg) and not chosen else 0
+    return (saving, logging, showing)
 
 
 def _scalar_of(value):

@@ -1,11 +1,13 @@
 """What a training run shows while it runs, on rank 0: text progress lines or tqdm bars.
 
 The train loss they show is the non-finite check's last read, so showing it never reads the
-device between check points.
+device between check points; a progress line is one of them (see ``progress_every``), so its
+loss is the current one.
 """
 
 import sys
 import time
+from typing import Optional
 
 import ignite.distributed as idist
 from ignite.engine import Events
@@ -15,23 +17,67 @@ try:
 except ImportError:  # ignite 0.4.x
     from ignite.contrib.handlers import ProgressBar
 
-__all__ = ["ProgressLines", "attach_bars", "attach_progress_output"]
+__all__ = [
+    "ProgressLines",
+    "attach_bars",
+    "attach_progress_output",
+    "epoch_length_of",
+    "loss_text",
+    "progress_every",
+    "shows_progress",
+]
+
+# Training progress lines per epoch.
+_LINES_PER_EPOCH = 10
+# When the epoch's length is unknown (an iterable dataset without one).
+_UNKNOWN_LENGTH_EVERY = 100
+
+
+def epoch_length_of(cfg, loader) -> Optional[int]:
+    """Training iterations per epoch: ``train_length``, else the loader's length, else None."""
+    if cfg.get("train_length", None):
+        return cfg.train_length
+    try:
+        return len(loader)
+    except TypeError:
+        return None
+
+
+def progress_every(epoch_length: Optional[int]) -> int:
+    """Iterations between two training progress lines: a tenth of an epoch."""
+    if not epoch_length:
+        return _UNKNOWN_LENGTH_EVERY
+    return max(epoch_length // _LINES_PER_EPOCH, 1)
+
+
+def shows_progress(cfg) -> bool:
+    """Whether training shows progress (lines or bars), from the config alone: every rank
+    answers the same, so every rank reads the loss at the same iterations."""
+    return "pbar" in cfg.logger_name or cfg.get("verbosity", 1) >= 1
+
+
+def _on_a_terminal(stream) -> bool:
+    isatty = getattr(stream, "isatty", None)
+    return bool(isatty and isatty())
 
 
 def attach_progress_output(cfg, engines, specs, dls, loss) -> None:
-    """Bars under the ``pbar`` logger, else text lines unless ``verbosity`` is 0.
+    """Bars under the ``pbar`` logger on a terminal, else text lines unless ``verbosity`` is 0.
 
-    ``loss`` returns the last ``(iteration, value)`` read, or None.
+    ``loss`` returns the last ``(iteration, value)`` read, or None. A bar redraws itself with
+    ``\\r`` and cursor moves, which a log file or a pipe would keep: there, lines are written.
     """
     if idist.get_rank() != 0:
         return
     trainer = engines["trainer"]
-    if "pbar" in cfg.logger_name:
-        attach_bars(trainer, [e for e in engines.values() if e is not None], loss)
+    bars = "pbar" in cfg.logger_name
+    if bars and _on_a_terminal(sys.stderr):
+        labels = {engines[s.key]: s.split for s in specs if engines.get(s.key) is not None}
+        attach_bars(trainer, [e for e in engines.values() if e is not None], loss, labels)
         return
-    if cfg.get("verbosity", 1) < 1:
+    if cfg.get("verbosity", 1) < 1 and not bars:
         return
-    every = max((cfg.train_length or len(dls["train"])) // 10, 1)
+    every = progress_every(epoch_length_of(cfg, dls["train"]))
     train_lines = ProgressLines(
         "TRAIN", every, cfg.train_ds_params.get("bs"), loss=loss, max_epochs=cfg.max_epochs
     )
@@ -102,8 +148,9 @@ class ProgressLines:
             return
         now = time.monotonic()
         parts = [self._position(state)]
-        if self.loss is not None and self.loss() is not None:
-            parts.append(f"loss {self.loss()[1]:.5g}")
+        last = self.loss() if self.loss is not None else None
+        if last is not None:
+            parts.append(f"loss {loss_text(last, state.iteration)}")
         done = state.iteration - self._epoch_first_iteration
         rate = done / max(now - self._epoch_started, 1e-9)
         speed = f"{_count(rate)} it/s"
@@ -138,21 +185,40 @@ class ProgressLines:
         return eta
 
 
-# ignite's default bar, with tqdm's rate added.
+def loss_text(last, iteration) -> str:
+    """The loss read at ``last = (iteration read, value)``, with its age when it is not this
+    iteration's (a check between progress points, or a run that reads it less often)."""
+    read_at, value = last
+    age = "" if read_at == iteration else f" (iteration {read_at})"
+    return f"{value:.5g}{age}"
+
+
+# ignite's default bar with tqdm's rate, and the postfix (the loss) inside the brackets after
+# it: in front of them tqdm would open it with a stray comma. tqdm ends a label with ": ".
 _BAR = (
-    "{desc}[{n_fmt}/{total_fmt}] {percentage:3.0f}%|{bar}{postfix} "
-    "[{elapsed}<{remaining}, {rate_fmt}]"
+    "{desc}[{n_fmt}/{total_fmt}] {percentage:3.0f}%|{bar}| "
+    "[{elapsed}<{remaining}, {rate_fmt}{postfix}]"
 )
 
 
-def attach_bars(trainer, engines, loss) -> None:
-    """tqdm bars: the trainer's shows the last loss read; tqdm shows it/s by itself."""
+def attach_bars(trainer, engines, loss, labels=None) -> None:
+    """tqdm bars: the trainer's shows the last loss read; tqdm shows it/s by itself.
+
+    ``labels`` maps an engine to its bar's label (the trainer's is ``train``, an evaluation's
+    its split).
+    """
+    labels = labels or {}
     for engine in engines:
         shown = None
         if engine is trainer and loss is not None:
 
             def shown(_output):
                 last = loss()
-                return {"loss": last[1]} if last is not None else {}
+                if last is None:
+                    return {}
+                return {"loss": loss_text(last, trainer.state.iteration)}
 
-        ProgressBar(persist=False, bar_format=_BAR).attach(engine, output_transform=shown)
+        desc = labels.get(engine, "train" if engine is trainer else "eval")
+        ProgressBar(persist=False, bar_format=_BAR, desc=desc).attach(
+            engine, output_transform=shown
+        )

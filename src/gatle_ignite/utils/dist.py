@@ -9,9 +9,11 @@ from gatle_ignite.redaction import redact_text
 
 __all__ = ["quiet_ignite_loggers", "rank_zero_print"]
 
-# ignite's own INFO lines (the loader kwargs, the DDP wrap, the process group): each is made
-# by setup_logger, which keeps the level of a logger that already exists.
+# ignite's own INFO lines (the loader kwargs, the DDP wrap, the process group, EarlyStopping's
+# "Stop training", which the framework's [early-stop] line says already): each is made by
+# setup_logger, which keeps the level of a logger that already exists.
 _IGNITE_LOGGERS = (
+    "ignite.handlers.early_stopping.EarlyStopping",
     "ignite.distributed.auto.auto_dataloader",
     "ignite.distributed.auto.auto_model",
     "ignite.distributed.launcher.Parallel",

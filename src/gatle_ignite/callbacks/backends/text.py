@@ -10,7 +10,9 @@ __all__ = ["Backend", "format_value"]
 
 
 def format_value(value) -> str:
-    """A number to 5 significant digits, anything else as it is."""
+    """A number (or a one-element tensor) to 5 significant digits, anything else as it is."""
+    if callable(getattr(value, "numel", None)) and value.numel() == 1:
+        value = value.item()
     if isinstance(value, bool) or not isinstance(value, numbers.Number):
         return str(value)
     if isinstance(value, numbers.Integral):
