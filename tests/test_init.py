@@ -180,6 +180,7 @@ def test_py_files_are_the_synthetic_examples(project):
             .replace("synthetic_trainer", f"{NAME}_trainer")
             .replace('"gatle-synthetic"', f'"{NAME}"')
             .replace(*root)
+            .replace("synthetic_v0.py", f"{NAME}_v0.py")
         )
         assert (project / NAME / relative).read_text() == expected, relative
 
@@ -332,7 +333,7 @@ def test_wheel_ships_the_template(wheel):
         for p in TEMPLATE.rglob("*")
         if p.is_file() and "__pycache__" not in p.parts
     }
-    assert len(shipped) == 10
+    assert len(shipped) == 11
     assert shipped <= names
     assert "gatle_ignite/cli/init.py" in names
 

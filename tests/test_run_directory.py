@@ -222,6 +222,7 @@ def test_a_run_saving_nothing_trains_beside_a_finished_run_and_writes_nothing_th
     with pytest.warns(UserWarning, match="trains without writing anything there"):
         code, out, _err = cli("train", config, "save_ckpt=False")
     assert code == 0 and "TRAIN epoch 2" in out and "RUN COMPLETED" not in out
+    assert "TRAINING COMPLETE, nothing recorded" in out
     assert _snapshot(tmp_path / "toy") == before
 
 

@@ -299,8 +299,10 @@ def _train(args: argparse.Namespace, paths: list[str]) -> int:
     started, before = time.monotonic(), last_recorded(cfg.save_dir)
     with summary_follows():
         launcher.launch(cfg)
-    if last_recorded(cfg.save_dir) != before:  # a run saving nothing beside another leaves it
+    if last_recorded(cfg.save_dir) != before:
         print_run_summary(cfg, paths[0], args.override, time.monotonic() - started)
+    else:  # a run saving nothing beside the run in its save_dir, which it left as it was
+        print(f"TRAINING COMPLETE, nothing recorded: {cfg.save_dir} holds another run.")
     return 0
 
 
