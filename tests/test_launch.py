@@ -356,7 +356,8 @@ class FakeChild:
         self.command = command
         self.kwargs = kwargs
         self.returncode = returncode
-        self.stdout = iter([f"hello from {_config_stem(command)}\n", "done"])
+        lines = getattr(self, "lines", None) or [f"hello from {_config_stem(command)}\n", "done"]
+        self.stdout = iter(lines)
 
     def wait(self):
         return self.returncode
@@ -429,8 +430,8 @@ def test_real_children_fail_fast_and_succeed(tmp_path, monkeypatch, capsys):
     code = launch.launch_many([str(bad), str(ok)], ["--override=max_epochs=3"])
     out = capsys.readouterr().out
     assert code == 1, out
-    ports = _launched_ports(out)
-    assert len(set(ports)) == 2
+    # One process each: no rendezvous port worth showing.
+    assert out.count("Launching: ") == 2 and not _launched_ports(out)
     assert "[cfg_bad] config error: " in out
     assert "[cfg_ok] fixture fit: max_epochs=3" in out
     assert out.endswith("\n\nFailed configs: cfg_bad\n")
@@ -527,3 +528,17 @@ def test_torchs_terminating_line_is_explained_or_dropped(tmp_path, mark):
     else:
         # The rank said why itself: a config error, or the preemption message.
         assert shown == []
+
+
+def test_a_one_process_child_is_launched_without_a_port_and_blank_lines_are_not_relayed(
+    fake_popen, capsys, tmp_path, monkeypatch
+):
+    _gpus(monkeypatch, 0)
+    alone = write_config(tmp_path, "alone")
+    ranks = write_config(tmp_path, "ranks", nproc_per_node=2)
+    monkeypatch.setattr(FakeChild, "lines", ["first\n", "\n", "   \n", "last\n"], raising=False)
+    assert launch.launch_many([str(alone), str(ranks)]) == 0
+    out = capsys.readouterr().out
+    assert f"Launching: {alone}\n" in out
+    assert len(_launched_ports(out)) == 1 and f"Launching: {ranks} (MASTER_PORT=" in out
+    assert "[alone] \n" not in out and "[alone]    \n" not in out

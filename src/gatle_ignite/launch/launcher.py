@@ -106,9 +106,27 @@ def _child_env(port: int) -> dict[str, str]:
 def _relay(stream, prefix: str) -> None:
     for line in stream:
         text = line.rstrip("\n")
+        if not text.strip():
+            continue  # a child's spacing line: prefixed, it only reads as a stray empty line
         # One write per line, so lines of concurrent children never interleave mid-line.
         sys.stdout.write(f"[{prefix}] {text}\n")
         sys.stdout.flush()
+
+
+def _launching_line(path, port: int, extra_args: list) -> str:
+    """``Launching: <path>``, with the rendezvous port only for a child that spawns ranks; a
+    config that does not load here is the child's to report, so it gets the port too."""
+    from gatle_ignite.config.loader import apply_overrides, load_config_from_file
+
+    overrides = [arg.removeprefix("--override=") for arg in extra_args]
+    try:
+        cfg = load_config_from_file(path)
+        apply_overrides(cfg, overrides)
+        nproc, nnodes, _node_rank = resolve_topology(cfg)
+    except Exception:
+        nproc = nnodes = 2
+    port_note = f" (MASTER_PORT={port})" if nproc * nnodes > 1 else ""
+    return f"Launching: {path}{port_note}"
 
 
 def launch_many(
@@ -123,7 +141,7 @@ def launch_many(
     children = []
     for path, port, share in zip(config_paths, ports, shares(len(config_paths))):
         prefix = Path(path).stem
-        print(f"Launching: {path} (MASTER_PORT={port})", flush=True)
+        print(_launching_line(path, port, extra_args), flush=True)
         command = [sys.executable, "-m", "gatle_ignite", "train", f"--config={path}", *extra_args]
         child = subprocess.Popen(
             command,
