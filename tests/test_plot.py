@@ -135,6 +135,18 @@ def test_param_groups_share_one_lr_panel_a_line_each(tmp_path):
     assert [line.get_linestyle() for line in ax.get_lines()] == ["-", "--"]
 
 
+def test_a_real_runs_lr_lines_are_named_after_its_param_groups(tmp_path):
+    # The built-in adamw splits decay from no-decay parameters and names the two groups.
+    save_dir = tmp_path / "named"
+    optimizer = {"optimizer_name": "gatle_ignite.optimizers.adamw"}
+    optimizer["optimizer_params"] = {"lr": 1e-2, "weight_decay": 0.1}
+    Trainer(0, toy_config(save_dir=str(save_dir), logger_name=["csv"], **optimizer)).fit()
+    assert json.loads((save_dir / "run.json").read_text())["lr_groups"] == ["decay", "no_decay"]
+    figure = plot_runs([save_dir], tmp_path / "named.png")
+    [ax] = [ax for ax in figure.axes if ax.get_title() == "train/lr"]
+    assert set(_lines(ax)) == {"decay", "no_decay"}
+
+
 def test_a_metric_equal_to_another_in_only_one_run_keeps_its_panel(tmp_path):
     same = [(1.0, 1, 4, "train/loss_avg", 0.5), (1.0, 1, 4, "train/loss_ce_avg", 0.5)]
     differs = [(1.0, 1, 4, "train/loss_avg", 0.5), (1.0, 1, 4, "train/loss_ce_avg", 0.25)]

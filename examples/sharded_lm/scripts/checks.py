@@ -24,6 +24,7 @@ import torch
 
 from examples.sharded_lm.dataloaders.data_utils.markov import oracle_nll, transition_matrix
 from examples.sharded_lm.dataloaders.markov_text import split_tokens
+from gatle_ignite.callbacks.backends.text import format_value
 from gatle_ignite.config.loader import load_config_from_file
 from gatle_ignite.run.sharded import ShardedCheckpoint
 
@@ -40,8 +41,6 @@ MAX_GAP_TO_FLOOR = 0.15
 FLOOR_NOISE = 0.02
 # Each of the 2 ranks' files holds this share of the model's elements, give or take.
 HALF, HALF_TOLERANCE = 0.5, 0.05
-# Evaluated in one process instead of two, the metric moves only by float rounding.
-REL_TOLERANCE = 1e-6
 LATEST_RE = re.compile(r"^latest_epoch_checkpoint_(\d+)\.dcp$")
 BEST_RE = re.compile(r"^valid_best_result_checkpoint_(\d+)_(-?[\d.]+)\.dcp$")
 METRIC_LINE = re.compile(r"^(valid/\w+): (\S+)$", re.MULTILINE)
@@ -232,21 +231,22 @@ def check_consolidated(tally: Tally, best: Path, recorded_ppl: float) -> None:
     print(f"       eval {best.name}, 2 ranks: {sharded}")
     print(f"       eval {out.name}, 2 ranks: {whole}")
     print(f"       eval {out.name}, 1 process: {alone}")
+    # eval prints 5 significant digits; the recorded value is compared as eval would print it.
+    shown_ppl = float(format_value(recorded_ppl))
     tally.check(
-        "the sharded best evaluates to the valid/ppl the run recorded",
-        sharded.get("valid/ppl") == recorded_ppl,
+        "the sharded best evaluates to the valid/ppl the run recorded (as eval prints it)",
+        sharded.get("valid/ppl") == shown_ppl,
         f"{sharded.get('valid/ppl')} vs {recorded_ppl}",
     )
     tally.check(
-        "the consolidated .pt evaluates exactly as the sharded original (2 ranks each)",
+        "the consolidated .pt evaluates as the sharded original (2 ranks each)",
         bool(sharded) and whole == sharded,
         f"valid/ppl {whole.get('valid/ppl')} vs {sharded.get('valid/ppl')}",
     )
-    gaps = [abs(alone.get(k, math.nan) / v - 1) for k, v in sharded.items()]
     tally.check(
-        f"the consolidated .pt in one process: every metric within {REL_TOLERANCE:g} (relative)",
-        bool(gaps) and max(gaps) <= REL_TOLERANCE,
-        f"largest relative difference {max(gaps, default=math.nan):.2e}",
+        "the consolidated .pt in one process: every metric as the sharded original",
+        bool(sharded) and alone == sharded,
+        f"{alone} vs {sharded}",
     )
 
 

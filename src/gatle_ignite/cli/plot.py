@@ -8,6 +8,7 @@ Optuna's own plots beside the curves.
 """
 
 import csv
+import json
 import math
 import os
 import re
@@ -19,6 +20,7 @@ from typing import NamedTuple, Optional, Union
 
 from gatle_ignite.dispatch import ConfigError
 from gatle_ignite.experiments.runs import best_first, read_run, runs_in
+from gatle_ignite.run.layout import MANIFEST_FILE
 
 __all__ = [
     "Point",
@@ -71,6 +73,16 @@ def read_history(run_dir: Union[str, os.PathLike]) -> dict:
             f"  Give the save_dir of a training run: every run writes its {HISTORY_FILE} there."
         )
     return read_history_file(path)
+
+
+def _lr_group_names(run_dir) -> list:
+    """The names ``run.json`` records for the run's param groups, or none."""
+    try:
+        recorded = json.loads((Path(run_dir) / MANIFEST_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return []
+    names = recorded.get("lr_groups") if isinstance(recorded, dict) else None
+    return [str(name) for name in names] if isinstance(names, list) else []
 
 
 def read_history_file(path: Union[str, os.PathLike]) -> dict:
@@ -153,20 +165,20 @@ def _panels(histories: list) -> list:
     return sorted(panels)
 
 
-def _series_label(run_label: str, group, groups: int, runs: int) -> str:
+def _series_label(run_label: str, group, groups: int, runs: int, names: Sequence) -> str:
     if group is None or groups == 1:
         return run_label
-    named = f"param group {group}"
+    named = names[group] if group < len(names) else f"param group {group}"
     return named if runs == 1 else f"{run_label}, {named}"
 
 
-def _draw_panel(ax, panel: _Panel, histories: list, labels: list) -> None:
+def _draw_panel(ax, panel: _Panel, histories: list, labels: list, group_names: list) -> None:
     from matplotlib.ticker import MaxNLocator
 
     series = [history.get(name, []) for history in histories for name, _ in panel.series]
     by_step = _all_have_steps(series)
     groups = len(panel.series)
-    for index, (history, label) in enumerate(zip(histories, labels)):
+    for index, (history, label, names) in enumerate(zip(histories, labels, group_names)):
         for position, (name, group) in enumerate(panel.series):
             points = history.get(name, [])
             if not points:
@@ -183,7 +195,7 @@ def _draw_panel(ax, panel: _Panel, histories: list, labels: list) -> None:
                 linewidth=1.4,
                 color=f"C{index}",
                 linestyle=_GROUP_STYLES[position % len(_GROUP_STYLES)],
-                label=_series_label(label, group, groups, len(histories)),
+                label=_series_label(label, group, groups, len(histories), names),
             )
     ax.set_title(panel.title, fontsize=10)
     ax.set_xlabel("iteration" if by_step else "epoch (no step recorded)", fontsize=8)
@@ -194,8 +206,12 @@ def _draw_panel(ax, panel: _Panel, histories: list, labels: list) -> None:
     ax.legend(fontsize=7, loc="best")
 
 
-def draw_histories(histories: list, labels: list, columns: int = 3):
-    """A Figure with one panel per metric, every history overlaid in each."""
+def draw_histories(
+    histories: list, labels: list, columns: int = 3, group_names: Optional[list] = None
+):
+    """A Figure with one panel per metric, every history overlaid in each; ``group_names``
+    holds each run's param group names, which label its learning rates."""
+    group_names = group_names or [[] for _ in histories]
     Figure = require_matplotlib("plot")
     panels = _panels(histories)
     if not panels:
@@ -207,7 +223,7 @@ def draw_histories(histories: list, labels: list, columns: int = 3):
     figure = Figure(figsize=(width * ncols, 3.2 * nrows))
     axes = list(figure.subplots(nrows, ncols, squeeze=False).flat)
     for ax, panel in zip(axes, panels):
-        _draw_panel(ax, panel, histories, labels)
+        _draw_panel(ax, panel, histories, labels, group_names)
     for ax in axes[len(panels) :]:
         ax.remove()
     figure.tight_layout()
@@ -221,7 +237,8 @@ def plot_runs(
 ):
     """Draw every metric of every run, runs overlaid, write ``out`` as a PNG; returns the Figure."""
     histories = [read_history(run_dir) for run_dir in run_dirs]
-    figure = draw_histories(histories, labels or _labels(run_dirs))
+    names = [_lr_group_names(run_dir) for run_dir in run_dirs]
+    figure = draw_histories(histories, labels or _labels(run_dirs), group_names=names)
     save_png(figure, out)
     return figure
 

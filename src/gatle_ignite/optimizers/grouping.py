@@ -1,10 +1,10 @@
-"""Split a model's trainable parameters into weight-decay and no-decay groups."""
+"""Split a model's trainable parameters into weight-decay and no-decay groups, named."""
 
 from typing import Any, Optional
 
 from torch import nn
 
-__all__ = ["get_grouped_params"]
+__all__ = ["get_grouped_params", "param_group_names"]
 
 
 def get_grouped_params(
@@ -21,7 +21,18 @@ def get_grouped_params(
             no_decay.append(param)
         else:
             decay.append(param)
+    # Named, so that logs and plots can say which group a learning rate is.
     return [
-        {"params": decay, "weight_decay": weight_decay},
-        {"params": no_decay, "weight_decay": 0.0},
+        {"params": decay, "weight_decay": weight_decay, "name": "decay"},
+        {"params": no_decay, "weight_decay": 0.0, "name": "no_decay"},
     ]
+
+
+def param_group_names(optimizer) -> list:
+    """The names of ``optimizer``'s param groups (their ``"name"`` key), in the order their
+    learning rates are logged; empty when none is named (or there are no groups to name)."""
+    groups = getattr(optimizer, "param_groups", None) or []
+    names = [group.get("name") for group in groups if isinstance(group, dict)]
+    if not any(isinstance(name, str) for name in names):
+        return []
+    return [name if isinstance(name, str) else f"group {i}" for i, name in enumerate(names)]

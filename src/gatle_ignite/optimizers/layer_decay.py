@@ -87,6 +87,7 @@ def get_optimizer(
                 "lr": lr * scales[depth],
                 "weight_decay": 0.0 if skip_decay else weight_decay,
                 "params": [],
+                "name": key,
             }
         groups[key]["params"].append(param)
 

@@ -578,6 +578,11 @@ class RunDirectory:
         self._note_progress(trainer)
         self.manifest.write(self.path)
 
+    def note_lr_groups(self, names: list) -> None:
+        """Record the param groups' names (rank 0), written with the run's next record."""
+        if self.manifest is not None:
+            self.manifest.lr_groups = list(names)
+
     def entries(self, kind: str, engine: str = "") -> list:
         """The run's checkpoints of a kind, on every rank (a sharded save involves them all)."""
         known = self.plan.checkpoints if self.plan is not None else []

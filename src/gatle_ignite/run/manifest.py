@@ -62,6 +62,9 @@ class Manifest:
     accepted_changes: list = field(default_factory=list)
     # One record per process that started or resumed the run (run.provenance); absent before 0.5.
     provenance: list = field(default_factory=list)
+    # The names of the optimizer's param groups, in the order of train/lr_<i>; empty when the
+    # groups are unnamed.
+    lr_groups: list = field(default_factory=list)
     checkpoints: list = field(default_factory=list)
     # The sweep trial this run is (run.sweep_trial.trial_record), or None.
     sweep: Optional[dict] = None
@@ -172,6 +175,7 @@ _MANIFEST_TYPES = {
     "trained_iteration": _COUNT,
     "accepted_changes": (list,),
     "provenance": (list,),
+    "lr_groups": (list,),
     "sweep": (dict, type(None)),
     "checkpoints": (list,),
     "format": _COUNT,

@@ -17,6 +17,7 @@ from gatle_ignite.data.helpers import ExactDistributedSampler, get_aug, get_data
 from gatle_ignite.dispatch import ConfigError, call_with_params, import_entrypoint
 from gatle_ignite.enhancements.compile import check_build_model_override, compile_built_model
 from gatle_ignite.enhancements.early_stop import build_early_stoppers
+from gatle_ignite.optimizers.grouping import param_group_names
 from gatle_ignite.run.directory import RunDirectory
 from gatle_ignite.schedulers import attach_scheduler, prep_scheduler
 from gatle_ignite.specs import EVAL_SPECS, TRAIN_SPEC
@@ -424,6 +425,7 @@ class BaseTrainer:
         """Build, load, and attach every handler of a training run; returns the data to run."""
         self.setup()
         self._join_run()
+        self.run_dir.note_lr_groups(param_group_names(self.optimizer))
         load_checkpoints(self)
         if self.cfg.resume:
             # What was logged after the checkpoint is trained again: no history holds it twice.
