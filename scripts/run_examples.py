@@ -2,18 +2,22 @@
 
     python scripts/run_examples.py                 # all of them (several minutes on a CPU)
     python scripts/run_examples.py synthetic gan   # some of them
+    python scripts/run_examples.py --jobs 2        # two examples at a time (CI, 2 cores)
 
 Each example starts from an empty ``examples/<name>/checkpoints/`` (its previous runs are
 deleted), trains its full config, and runs its ``scripts/`` checks, with one torch thread, which
-is the fastest setting on a small shared CPU. Exits 0 only when every step of every example
-passed.
+is the fastest setting on a small shared CPU. With ``--jobs N`` N examples run at once, each
+one's output printed whole when it ends. Exits 0 only when every step of every example passed.
 """
 
+import argparse
 import os
 import shutil
 import subprocess
 import sys
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -30,18 +34,9 @@ def _check(example, script, *args):
     return ([sys.executable, "-m", f"examples.{example}.scripts.{script}", *args], {})
 
 
+# The longest first (on a 2-core CPU), so that examples run at once finish close together.
 STEPS = {
-    "synthetic": [_check("synthetic", "checks")],
-    "classification": [
-        _train("classification"),
-        _train("classification", env={"SHAPES_NO_SAMPLER": "1"}),
-        _check("classification", "checks"),
-    ],
-    "contrastive": [_train("contrastive"), _check("contrastive", "probe_check")],
-    "diffusion": [_train("diffusion"), _check("diffusion", "check_sampling")],
-    "ema": [_train("ema"), _check("ema", "verify")],
-    "gan": [_train("gan"), _check("gan", "verify")],
-    "digits": [_train("digits"), _check("digits", "checks")],
+    "sharded_lm": [_train("sharded_lm"), _check("sharded_lm", "checks")],
     "teacher_student": [
         _train("teacher_student"),
         _train(
@@ -53,34 +48,67 @@ STEPS = {
         _check("teacher_student", "verify"),
         _check("teacher_student", "negative_controls"),
     ],
+    "diffusion": [_train("diffusion"), _check("diffusion", "check_sampling")],
+    "classification": [
+        _train("classification"),
+        _train("classification", env={"SHAPES_NO_SAMPLER": "1"}),
+        _check("classification", "checks"),
+    ],
     "translation": [
         _check("translation", "metric_checks"),
         _train("translation"),
         _check("translation", "checks"),
     ],
+    "digits": [_train("digits"), _check("digits", "checks")],
+    "gan": [_train("gan"), _check("gan", "verify")],
+    "contrastive": [_train("contrastive"), _check("contrastive", "probe_check")],
+    "ema": [_train("ema"), _check("ema", "verify")],
     "templates": [_train("templates"), _check("templates", "checks")],
-    "sharded_lm": [_train("sharded_lm"), _check("sharded_lm", "checks")],
+    "synthetic": [_check("synthetic", "checks")],
 }
 
 
-def run_example(name):
+_PRINTING = threading.Lock()
+
+
+def run_example(name, quiet=False):
+    """Train and check one example; ``quiet`` holds its output back and prints it whole at the
+    end, so that examples running at once do not interleave."""
     shutil.rmtree(ROOT / "examples" / name / "checkpoints", ignore_errors=True)
-    started = time.monotonic()
+    started, said, passed = time.monotonic(), [], True
     for command, extra_env in STEPS[name]:
         env = {**os.environ, "OMP_NUM_THREADS": "1", **extra_env}
         shown = " ".join(f"{k}={v}" for k, v in extra_env.items()) + " " + " ".join(command[1:])
-        print(f"\n>>> [{name}] {shown.strip()}", flush=True)
-        if subprocess.run(command, cwd=ROOT, env=env).returncode != 0:
-            return False, time.monotonic() - started
-    return True, time.monotonic() - started
+        said.append(f"\n>>> [{name}] {shown.strip()}\n")
+        if not quiet:
+            print(said.pop(), end="", flush=True)
+        output = subprocess.PIPE if quiet else None
+        done = subprocess.run(
+            command, cwd=ROOT, env=env, stdout=output, stderr=subprocess.STDOUT, text=True
+        )
+        said.append(done.stdout or "")
+        if done.returncode != 0:
+            passed = False
+            break
+    if quiet:
+        with _PRINTING:
+            print("".join(said), end="", flush=True)
+    return passed, time.monotonic() - started
 
 
-def main(names) -> int:
+def main(argv) -> int:
+    parser = argparse.ArgumentParser(description="Full runs and checks of the shipped examples.")
+    parser.add_argument("names", nargs="*", help="examples to run (default: all)")
+    parser.add_argument("--jobs", type=int, default=1, help="examples run at once (default 1)")
+    args = parser.parse_args(argv)
+    names = args.names or list(STEPS)
     unknown = sorted(set(names) - set(STEPS))
     if unknown:
         print(f"unknown example(s) {unknown}; choose from {sorted(STEPS)}")
         return 2
-    results = {name: run_example(name) for name in names or STEPS}
+    with ThreadPoolExecutor(max_workers=max(args.jobs, 1)) as pool:
+        ran = pool.map(lambda name: run_example(name, quiet=args.jobs > 1), names)
+        results = dict(zip(names, ran))
     print("\nexample            result  seconds")
     for name, (passed, seconds) in results.items():
         print(f"{name:<18} {'PASS' if passed else 'FAIL':<7} {seconds:7.1f}")

@@ -106,7 +106,7 @@ def test_the_classification_example_trains_compiled(tmp_path):
 def test_every_example_full_run_passes_its_own_checks():
     """``make examples``: each example trains in full, then its scripts/ checks must pass."""
     done = subprocess.run(
-        [sys.executable, "scripts/run_examples.py"],
+        [sys.executable, "scripts/run_examples.py", "--jobs", "2"],
         cwd=ROOT,
         capture_output=True,
         text=True,
