@@ -10,6 +10,7 @@ import logging
 import re
 import subprocess
 import sys
+import threading
 import warnings
 from pathlib import Path
 
@@ -430,3 +431,29 @@ def test_no_output_shows_a_secret(outputs_of, scenario, output, shown):
     text = outputs_of(scenario)[output]
     assert shown in text
     assert_no_leak(text)
+
+
+def _a_thread_failing_on(url: str) -> str:
+    """What stderr shows when a thread of the process ends on an error quoting ``url``."""
+
+    def fail():
+        raise RuntimeError(f"cannot read {url}")
+
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        thread = threading.Thread(target=fail, name="reader")
+        thread.start()
+        thread.join()
+    return err.getvalue()
+
+
+def test_a_thread_ending_on_an_error_is_shown_redacted(tmp_path, monkeypatch):
+    url = "https://alice:LEAK-thread-pw@data.invalid/x"
+    monkeypatch.setattr(sys, "excepthook", sys.excepthook)  # main() installs the CLI's own
+    # Python's own hook (pytest puts one of its own in place), which shows the password.
+    monkeypatch.setattr(threading, "excepthook", threading.__excepthook__)
+    assert "LEAK-thread-pw" in _a_thread_failing_on(url)
+    _cli("runs", str(tmp_path))
+    shown = _a_thread_failing_on(url)
+    assert "Exception in thread reader:" in shown and "RuntimeError: cannot read" in shown
+    assert "LEAK-thread-pw" not in shown and "data.invalid/x" in shown

@@ -23,6 +23,7 @@ __all__ = [
     "redact_argv",
     "redact_text",
     "redacted_excepthook",
+    "redacted_thread_excepthook",
     "shown_command",
     "shown_value",
 ]
@@ -181,3 +182,12 @@ def redacted_excepthook(kind, error, trace) -> None:
     """``sys.excepthook`` for the CLI: Python's traceback, scrubbed of URL userinfo."""
     text = "".join(traceback.format_exception(kind, error, trace))
     print(redact_text(text), end="", file=sys.stderr, flush=True)
+
+
+def redacted_thread_excepthook(args) -> None:
+    """``threading.excepthook`` for the CLI: a thread's traceback, scrubbed as the main one."""
+    if args.exc_type is SystemExit:
+        return
+    name = args.thread.name if args.thread is not None else "(unknown)"
+    print(f"Exception in thread {name}:", file=sys.stderr, flush=True)
+    redacted_excepthook(args.exc_type, args.exc_value, args.exc_traceback)

@@ -3,6 +3,7 @@
 import argparse
 import os
 import sys
+import threading
 import time
 from collections.abc import Sequence
 from typing import Optional
@@ -380,11 +381,12 @@ def _run_command(args: argparse.Namespace) -> int:
 
 
 def _show_tracebacks_redacted() -> None:
-    """An exception that leaves ``main`` propagates; its traceback is printed without the
-    credentials of the URLs in it (a dataset's, a tracking server's)."""
-    from gatle_ignite.redaction import redacted_excepthook
+    """An exception that leaves ``main``, or ends one of its threads, has its traceback printed
+    without the credentials of the URLs in it (a dataset's, a tracking server's)."""
+    from gatle_ignite.redaction import redacted_excepthook, redacted_thread_excepthook
 
     sys.excepthook = redacted_excepthook
+    threading.excepthook = redacted_thread_excepthook
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
