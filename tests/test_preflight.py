@@ -122,6 +122,16 @@ MISTAKES = {
         [f"model_name={PACKAGE}.mlpp"],
         ["config field 'model_name'", f"Did you mean '{PACKAGE}.mlp'?"],
     ),
+    "swapped letters in a module": (
+        {},
+        [f"model_name={PACKAGE}.mpl"],
+        ["config field 'model_name'", f"Did you mean '{PACKAGE}.mlp'?"],
+    ),
+    "one wrong letter in a built-in, beside a shorter one": (
+        {},
+        ["optimizer_name=gatle_ignite.optimizers.adamv"],
+        ["config field 'optimizer_name'", "Did you mean 'gatle_ignite.optimizers.adamw'?"],
+    ),
     "misspelt built-in": (
         {},
         ["lr_scheduler=gatle_ignite.schedulers.cosin"],

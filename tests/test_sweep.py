@@ -14,7 +14,10 @@ from gatle_ignite.cli.main import main
 from gatle_ignite.cli.status import run_status
 from gatle_ignite.dispatch import ConfigError
 from gatle_ignite.run.manifest import Manifest
+from gatle_ignite.sweep.checks import check_sweep
+from gatle_ignite.sweep.definition import Sweep
 from gatle_ignite.sweep.space import parse_param
+from gatle_ignite.sweep.trial import shown_command
 from tests.conftest import ROOT
 
 pytest.importorskip("optuna", reason="the sweep extra is not installed")
@@ -101,6 +104,12 @@ def test_a_malformed_space_is_refused(item, message):
         (
             ["--param", "optimizer_params.weight_decy=[0.1]"],
             "misspelling of 'optimizer_params.weight_decay'",
+        ),
+        # A key a params mapping may add, but the component it goes to does not take.
+        (["--param", "optimizer_params.lrr=loguniform(1e-4, 1e-2)"], "takes no keyword 'lrr'"),
+        (
+            ["--param", "model_params.hidden=[4]", "--override", "optimizer_params.lrr=1e-3"],
+            "takes no keyword 'lrr'",
         ),
         # A value of the wrong type, and one the config's checks refuse.
         (["--param", "max_epochs=uniform(1, 5)"], "--param max_epochs=uniform(1.0, 5.0)"),
@@ -230,3 +239,29 @@ def test_a_worker_that_fails_stops_the_sweep_with_its_error(monkeypatch, capsys)
         1,
         "SWEEP STOPPED: worker 0 failed: ConnectionError('the database went away')",
     )
+
+
+def test_a_shown_command_overrides_each_key_once_with_the_value_that_counts():
+    shown = shown_command("train", "c.py", ["max_epochs=5", "seed=1", "max_epochs=2", "a.b=3"])
+    assert shown == (
+        "gatle-ignite train --config=c.py --override seed=1 --override max_epochs=2 "
+        "--override a.b=3"
+    )
+
+
+def test_a_shown_command_redacts_a_secret_override():
+    shown = shown_command("eval", "c.py", ["db_password=hunter2", "seed=1"], "--ckpt", "best")
+    assert "hunter2" not in shown and "db_password=<redacted>" in shown and "seed=1" in shown
+
+
+def test_sweep_json_records_a_secret_override_redacted(tmp_path, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    config = _config(tmp_path, db_password="")
+    sweep = Sweep(
+        config=str(config),
+        dir=str(tmp_path / "sweep"),
+        trials=2,
+        params=(parse_param("model_params.hidden=[4, 8]"),),
+        overrides=("db_password=hunter2",),
+    )
+    assert check_sweep(sweep).record.overrides == ["db_password=<redacted>"]

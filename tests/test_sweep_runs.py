@@ -54,12 +54,16 @@ def _argv(config, sweep_dir, *args):
     return [*command, "--dir", str(sweep_dir), *args]
 
 
-def _run(argv, expect=0, env=None):
+def _ran(argv, expect=0, env=None) -> subprocess.CompletedProcess:
     done = subprocess.run(
         argv, cwd=ROOT, capture_output=True, text=True, timeout=TIMEOUT, env=env or child_env()
     )
     assert done.returncode == expect, done.stdout[-4000:] + done.stderr[-4000:]
-    return done.stdout
+    return done
+
+
+def _run(argv, expect=0, env=None):
+    return _ran(argv, expect, env).stdout
 
 
 def _start(argv, env=None):
@@ -235,12 +239,13 @@ def test_a_sweep_whose_trials_keep_failing_stops_with_the_reason(tmp_path):
     config = _config(tmp_path, max_epochs=1, fault_crash_rank=0, fault_crash_at=2)
     sweep_dir = tmp_path / "sweep"
     args = ["--trials=5", "--param=optimizer_params.lr=[0.01, 0.02]", "--max-failures=2"]
-    out = _run(_argv(config, sweep_dir, *args), expect=1)
+    done = _ran(_argv(config, sweep_dir, *args), expect=1)
     study = _study(sweep_dir)
     assert _states(study) == [(0, "FAIL"), (1, "FAIL")]
     reason = "RuntimeError: injected crash on rank 0 at iteration 2"
     assert all(reason in t.user_attrs["fail_reason"] for t in study.trials)
-    assert "SWEEP STOPPED: 2 trials in a row failed (--max-failures 2); the last, trial 1" in out
+    stopped = "SWEEP STOPPED: 2 trials in a row failed (--max-failures 2); the last, trial 1"
+    assert stopped in done.stderr and stopped not in done.stdout
 
 
 def test_a_sigtermed_sweep_resumes_the_interrupted_trial_exactly(tmp_path):
@@ -268,6 +273,8 @@ def test_a_sigtermed_sweep_resumes_the_interrupted_trial_exactly(tmp_path):
     again = out.split("train it again as a config: ")[1].splitlines()[0]
     by_hand = shlex.split(again)
     assert by_hand[:2] == ["gatle-ignite", "train"]
+    # Named after the trial, so that a config whose save_dir follows its name trains beside it.
+    assert any(word.startswith("name=") and word.endswith("_trial_0") for word in by_hand)
     subprocess.run(
         [sys.executable, "-m", "gatle_ignite", *by_hand[1:]],
         cwd=ROOT,

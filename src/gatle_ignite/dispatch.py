@@ -244,17 +244,40 @@ def _near_path(path: str, error: ImportError) -> Optional[str]:
     if parent and not hasattr(package, "__path__"):
         return None
     siblings = _modules_in(list(package.__path__) if parent else sys.path)
-    match = difflib.get_close_matches(last, siblings, n=1, cutoff=_NEAR)
+    match = _nearest_name(last, siblings, _NEAR)
     if match:
-        return f"{parent}.{match[0]}{rest}" if parent else f"{match[0]}{rest}"
+        return f"{parent}.{match}{rest}" if parent else f"{match}{rest}"
     by_last = {
         name.rsplit(".", 1)[-1]: name
         for name in _builtin_modules()
         if name.startswith(_COMPONENT_PACKAGES)
     }
-    last = path.rsplit(".", 1)[-1]
-    match = difflib.get_close_matches(last, sorted(by_last), n=1, cutoff=_NEAR_BUILTIN)
-    return by_last[match[0]] if match else None
+    match = _nearest_name(path.rsplit(".", 1)[-1], sorted(by_last), _NEAR_BUILTIN)
+    return by_last[match] if match else None
+
+
+def _nearest_name(word: str, names: list, cutoff: float) -> Optional[str]:
+    """The name one slip away from ``word`` (a letter wrong, missing, extra, or two swapped),
+    the one of ``word``'s length first ('adamw' for 'adamv', 'mlp' for 'mpl'); else the most
+    alike at ``cutoff``."""
+    slips = [name for name in names if _one_slip(word, name)]
+    if slips:
+        return min(slips, key=lambda name: (len(name) != len(word), name))
+    match = difflib.get_close_matches(word, names, n=1, cutoff=cutoff)
+    return match[0] if match else None
+
+
+def _one_slip(word: str, name: str) -> bool:
+    if word == name or abs(len(word) - len(name)) > 1 or min(len(word), len(name)) < 3:
+        return False
+    if len(word) == len(name):
+        wrong = [i for i, (a, b) in enumerate(zip(word, name)) if a != b]
+        if len(wrong) == 1:
+            return True
+        i, j = wrong if len(wrong) == 2 else (0, 0)
+        return j == i + 1 and (word[i], word[j]) == (name[j], name[i])
+    short, long = sorted((word, name), key=len)
+    return any(long[:i] + long[i + 1 :] == short for i in range(len(long)))
 
 
 def import_entrypoint(path, attr, field=None):

@@ -5,6 +5,7 @@ heavy is imported until the command runs, so ``--help`` answers at once.
 """
 
 import argparse
+import sys
 
 __all__ = ["add_sweep_parser", "run_sweep_command"]
 
@@ -68,7 +69,8 @@ def run_sweep_command(args: argparse.Namespace) -> int:
     checked = check_sweep(merge(vars(args), fields))
     result = run_sweep(checked)
     print()
-    print(result.message)
+    # A sweep that stopped on failures says so where errors go; a finished or preempted one not.
+    print(result.message, file=sys.stderr if result.exit_code == 1 else sys.stdout, flush=True)
     _print_best(result, checked)
     return result.exit_code
 
@@ -83,7 +85,9 @@ def _print_best(result, checked) -> None:
     sweep, record = checked.sweep, result.record
     params = {param.key: best.params[param.key] for param in sweep.params}
     overrides = trial_overrides(sweep, record.study, best.number, params)
-    as_config = [*sweep.overrides, *(param_override(k, v) for k, v in params.items())]
+    # Its own name, so that it trains beside the config's run rather than into it.
+    again = param_override("name", f"{checked.config_name or record.study}_trial_{best.number}")
+    as_config = [*sweep.overrides, again, *(param_override(k, v) for k, v in params.items())]
     print(f"BEST: trial {best.number}, {record.metric} {best.value:.5g}")
     print(f"  params:   {', '.join(param_override(k, v) for k, v in params.items())}")
     print(f"  run:      {trial_dir(sweep.dir, best.number)}")

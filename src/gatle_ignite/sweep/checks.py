@@ -1,8 +1,9 @@
 """Everything about a sweep that can be checked before its first trial, checked then.
 
-The config with the sweep's overrides loads and validates; every parameter's key exists and
-every value its space can give (each choice, both ends of a range) is accepted by the config and
-its checks, set exactly as the trials will set it; the metric and its direction are known. A
+The config with the sweep's overrides loads, validates and passes ``train``'s pre-flight; every
+parameter's key exists and every value its space can give (each choice, both ends of a range)
+is accepted by the config and the pre-flight (a params mapping's keywords included), set exactly
+as the trials will set it; the metric and its direction are known. A
 mistake is a config error naming it, and nothing has been created yet.
 """
 
@@ -12,11 +13,11 @@ from pathlib import Path
 
 from ml_collections import config_dict
 
-from gatle_ignite.callbacks.logging import check_extra_installed
 from gatle_ignite.config.loader import apply_overrides, load_config_from_file
-from gatle_ignite.config.validate import check_dispatch, validate_config
+from gatle_ignite.config.preflight import preflight
+from gatle_ignite.config.validate import validate_config
 from gatle_ignite.dispatch import ConfigError
-from gatle_ignite.redaction import config_payload
+from gatle_ignite.redaction import config_payload, redact_argv
 from gatle_ignite.run.identity import fingerprint
 from gatle_ignite.sweep.definition import Sweep, check_grid, enqueued_trials
 from gatle_ignite.sweep.record import RECORD_FILE, SweepRecord
@@ -52,9 +53,7 @@ def check_sweep(sweep: Sweep) -> Checked:
     require_optuna()
     sweep = check_grid(sweep)
     cfg = _load(sweep.config, sweep.overrides)
-    check_dispatch(cfg)
-    for backend in cfg.get("logger_name", None) or ():
-        check_extra_installed(backend)
+    preflight(cfg)
     for param in sweep.params:
         _check_param(cfg, sweep, param)
     enqueued = enqueued_trials(sweep)
@@ -66,7 +65,7 @@ def check_sweep(sweep: Sweep) -> Checked:
         storage=shown_storage(storage) if sweep.storage else JOURNAL_FILE,
         config=sweep.config,
         config_fingerprint=fingerprint(config_payload(cfg)),
-        overrides=list(sweep.overrides),
+        overrides=redact_argv(sweep.overrides),  # a secret's value does not define a sweep
         params={param.key: param.text() for param in sweep.params},
         metric=metric,
         direction=direction,
@@ -96,8 +95,7 @@ def _check_param(cfg, sweep: Sweep, param) -> None:
         try:
             apply_overrides(trial_cfg, [param_override(param.key, value)])
             validate_config(trial_cfg)
-            if isinstance(value, str):
-                check_dispatch(trial_cfg)
+            preflight(trial_cfg)
         except ConfigError as error:
             raise ConfigError(
                 f"--param {param.key}={param.text()}: the value {value!r} cannot be used:\n"

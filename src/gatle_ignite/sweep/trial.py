@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
+from gatle_ignite.redaction import redact_argv
 from gatle_ignite.run.manifest import Manifest
 from gatle_ignite.trainer.preemption import EXIT_PREEMPTED
 
@@ -73,9 +74,18 @@ def train_argv(config: str, overrides: list, resume: bool) -> list:
 
 
 def shown_command(verb: str, config: str, overrides: list, *extra: str) -> str:
-    """A ``gatle-ignite`` command line a person can paste."""
-    words = ["gatle-ignite", verb, f"--config={config}", *(f"--override={o}" for o in overrides)]
-    return " ".join(_shell_word(word) for word in (*words, *extra))
+    """A ``gatle-ignite`` command line a person can paste, each key overridden once (its last
+    value, which is the one that counts), in the run summary's ``--override KEY=VALUE`` style;
+    secrets redacted."""
+    words = ["gatle-ignite", verb, f"--config={config}"]
+    for item in _last_of_each_key(overrides):
+        words += ["--override", item]
+    return " ".join(_shell_word(word) for word in redact_argv([*words, *extra]))
+
+
+def _last_of_each_key(overrides: list) -> list:
+    keys = [item.partition("=")[0] for item in overrides]
+    return [item for i, (item, key) in enumerate(zip(overrides, keys)) if key not in keys[i + 1 :]]
 
 
 def _shell_word(word: str) -> str:
