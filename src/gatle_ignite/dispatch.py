@@ -272,9 +272,9 @@ def _one_slip(word: str, name: str) -> bool:
         return False
     if len(word) == len(name):
         wrong = [i for i, (a, b) in enumerate(zip(word, name)) if a != b]
-        if len(wrong) == 1:
-            return True
-        i, j = wrong if len(wrong) == 2 else (0, 0)
+        if len(wrong) != 2:
+            return len(wrong) == 1
+        i, j = wrong
         return j == i + 1 and (word[i], word[j]) == (name[j], name[i])
     short, long = sorted((word, name), key=len)
     return any(long[:i] + long[i + 1 :] == short for i in range(len(long)))

@@ -300,23 +300,18 @@ def _train(args: argparse.Namespace, paths: list[str]) -> int:
     started, before = time.monotonic(), last_recorded(cfg.save_dir)
     with summary_follows():
         launcher.launch(cfg)
-    if _trained_beside_another_run(cfg, before):
+    if _trained_beside_another_run(cfg, before, last_recorded(cfg.save_dir)):
         print(f"TRAINING COMPLETE, nothing recorded: {cfg.save_dir} holds another run.")
     else:
         print_run_summary(cfg, paths[0], args.override, time.monotonic() - started)
     return 0
 
 
-def _trained_beside_another_run(cfg, recorded_before) -> bool:
-    """A run saving nothing (save_ckpt=False) beside the run in its save_dir, left as it was."""
-    from gatle_ignite.cli.summary import last_recorded
-
+def _trained_beside_another_run(cfg, before, after) -> bool:
+    """A run saving nothing (save_ckpt=False) beside the run in its save_dir, whose record it
+    left as it was (``before`` and ``after`` are that record's bytes)."""
     saves_nothing = not cfg.get("save_ckpt", True) and not cfg.get("replace_run", False)
-    return (
-        saves_nothing
-        and recorded_before is not None
-        and (last_recorded(cfg.save_dir) == recorded_before)
-    )
+    return saves_nothing and before is not None and after == before
 
 
 def _predict(args: argparse.Namespace, paths: list[str]) -> int:

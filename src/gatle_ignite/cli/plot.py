@@ -8,7 +8,6 @@ Optuna's own plots beside the curves.
 """
 
 import csv
-import json
 import math
 import os
 import re
@@ -20,7 +19,6 @@ from typing import NamedTuple, Optional, Union
 
 from gatle_ignite.dispatch import ConfigError
 from gatle_ignite.experiments.runs import best_first, read_run, runs_in
-from gatle_ignite.run.layout import MANIFEST_FILE
 
 __all__ = [
     "Point",
@@ -73,16 +71,6 @@ def read_history(run_dir: Union[str, os.PathLike]) -> dict:
             f"  Give the save_dir of a training run: every run writes its {HISTORY_FILE} there."
         )
     return read_history_file(path)
-
-
-def _lr_group_names(run_dir) -> list:
-    """The names ``run.json`` records for the run's param groups, or none."""
-    try:
-        recorded = json.loads((Path(run_dir) / MANIFEST_FILE).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return []
-    names = recorded.get("lr_groups") if isinstance(recorded, dict) else None
-    return [str(name) for name in names] if isinstance(names, list) else []
 
 
 def read_history_file(path: Union[str, os.PathLike]) -> dict:
@@ -237,7 +225,7 @@ def plot_runs(
 ):
     """Draw every metric of every run, runs overlaid, write ``out`` as a PNG; returns the Figure."""
     histories = [read_history(run_dir) for run_dir in run_dirs]
-    names = [_lr_group_names(run_dir) for run_dir in run_dirs]
+    names = [read_run(run_dir).lr_groups for run_dir in run_dirs]
     figure = draw_histories(histories, labels or _labels(run_dirs), group_names=names)
     save_png(figure, out)
     return figure

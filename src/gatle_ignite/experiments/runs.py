@@ -63,6 +63,7 @@ class RunSummary:
     config: dict = field(default_factory=dict)
     params: dict = field(default_factory=dict)
     starts: list = field(default_factory=list)
+    lr_groups: list = field(default_factory=list)
 
     @property
     def label(self) -> str:
@@ -252,7 +253,13 @@ def read_run(path) -> RunSummary:
         config=flatten(config),
         params=params if isinstance(params, dict) else {},
         starts=[s for s in (manifest or {}).get("provenance") or [] if isinstance(s, dict)],
+        lr_groups=_lr_groups(manifest),
     )
+
+
+def _lr_groups(manifest: Optional[dict]) -> list:
+    names = (manifest or {}).get("lr_groups")
+    return [str(name) for name in names] if isinstance(names, list) else []
 
 
 def _rank_key(run: RunSummary) -> tuple:
