@@ -9,7 +9,6 @@ import os
 import re
 import shlex
 import time
-from pathlib import Path
 from typing import Optional
 
 from gatle_ignite.callbacks.logging import SUMMARY_FOLLOWS_VAR
@@ -17,6 +16,7 @@ from gatle_ignite.cli.time_breakdown import time_breakdown_rows
 from gatle_ignite.redaction import redact_argv
 from gatle_ignite.run.layout import MANIFEST_FILE, OWNED_LOGS
 from gatle_ignite.run.manifest import Manifest
+from gatle_ignite.run.storage import local_dir, shown_in
 
 __all__ = ["print_run_summary", "summary_follows"]
 
@@ -101,7 +101,7 @@ def _command(verb: str, config: str, overrides, *extra) -> str:
     return " ".join(["gatle-ignite", verb, *map(_quoted, words)])
 
 
-def _best_line(manifest: Manifest, cfg, save_dir: Path):
+def _best_line(manifest: Manifest, cfg, save_dir):
     score_name = cfg.get("score_name", None)
     engine = score_name.split("/")[0] if score_name else ""
     bests = [e for e in manifest.checkpoints if e.kind == "best" and e.engine == engine]
@@ -110,33 +110,34 @@ def _best_line(manifest: Manifest, cfg, save_dir: Path):
     top = max(bests, key=lambda e: (e.score if e.score is not None else float("-inf"), e.epoch))
     factor = cfg.get("score_factor", 1) or 1
     value = f"{top.score / factor:.5g}" if top.score is not None else "?"
-    return f"{score_name} {value} at epoch {top.epoch}: {save_dir / top.file}"
+    return f"{score_name} {value} at epoch {top.epoch}: {shown_in(save_dir, top.file)}"
 
 
-def _latest(manifest: Manifest, save_dir: Path):
+def _latest(manifest: Manifest, save_dir):
     resumable = manifest.resumable_newest_first()
-    return str(save_dir / resumable[0].file) if resumable else None
+    return shown_in(save_dir, resumable[0].file) if resumable else None
 
 
-def _logs(save_dir: Path) -> str:
-    found = [save_dir / name for name in OWNED_LOGS if (save_dir / name).exists()]
-    return ", ".join(str(p) for p in [*found, save_dir / "run.json"])
+def _logs(save_dir) -> str:
+    here = local_dir(save_dir)
+    found = [name for name in OWNED_LOGS if (here / name).exists()]
+    return ", ".join(shown_in(save_dir, name) for name in [*found, MANIFEST_FILE])
 
 
 def last_recorded(save_dir) -> Optional[bytes]:
     """The run in ``save_dir`` as ``run.json`` records it now, to tell whether a command
     recorded it; None without one."""
     try:
-        return (Path(save_dir) / MANIFEST_FILE).read_bytes()
+        return (local_dir(save_dir) / MANIFEST_FILE).read_bytes()
     except OSError:
         return None
 
 
 def print_run_summary(cfg, config: str, overrides, seconds: float) -> None:
     """Print the summary of the run in ``cfg.save_dir`` after this command trained it."""
-    save_dir = Path(cfg.save_dir)
+    save_dir = cfg.save_dir
     try:
-        manifest = Manifest.read(save_dir)
+        manifest = Manifest.read(local_dir(save_dir))
     except (ValueError, TypeError):
         manifest = None
     if manifest is None or not _first_process():
@@ -148,7 +149,7 @@ def print_run_summary(cfg, config: str, overrides, seconds: float) -> None:
         f"{manifest.trained_iteration}), {seconds:.1f} s in this command",
     ]
     # Where that time went, from the perf/ rows this command logged.
-    spent = time_breakdown_rows(cfg, save_dir, time.time() - seconds, seconds)
+    spent = time_breakdown_rows(cfg, local_dir(save_dir), time.time() - seconds, seconds)
     lines += [f"  {label:<9}{value}" for label, value in spent]
     rows = (
         ("best", _best_line(manifest, cfg, save_dir)),

@@ -40,6 +40,7 @@ from gatle_ignite.run.loading import (
 )
 from gatle_ignite.run.lock import RunLock
 from gatle_ignite.run.manifest import Manifest
+from gatle_ignite.run.storage import Place, StorageError, is_url, place_of, staging_dir
 from gatle_ignite.utils.dist import rank_zero_print
 
 __all__ = [
@@ -76,62 +77,87 @@ def entry_for(path: Path, progress: Optional[tuple] = None) -> Entry:
     return entry
 
 
-def _adopted(path: Path, epoch_length: Optional[int]) -> Optional[Entry]:
+def _adopted(place: Place, name: str, is_dir: bool, epoch_length: Optional[int]):
     """The entry of a file the index does not know (an older run, or an interrupted update);
     None when it vanished since it was listed (rotated out by a run training there).
 
     A sharded directory is known by its name alone: indexing never unpickles its metadata, and
     only the checkpoint a command picks is opened, through the safe reader.
     """
-    if path.is_dir():
-        entry = entry_for(path)
+    if is_dir:
+        entry = entry_for(Path(name))
         if entry.kind == LATEST_PREFIX and epoch_length:
             entry.iteration = entry.epoch * epoch_length  # written as its epoch ended
         return entry
     try:
-        return entry_for(path, read_progress(path))
+        return entry_for(Path(name), read_progress(place.readable(name)))
     except VanishedCheckpoint:
         return None
     except (UnreadableCheckpoint, ConfigError):
-        return entry_for(path)
+        return entry_for(Path(name))
 
 
 def indexed_view(save_dir, manifest: Optional[Manifest]) -> list:
-    """The index as the files on disk have it: missing files dropped, unknown ones added."""
-    on_disk = {p.name: p for p in checkpoint_files(save_dir)}
+    """The index as the files on disk have it: missing files dropped, unknown ones added.
+
+    ``save_dir`` is a directory, or the :class:`~gatle_ignite.run.storage.Place` of one.
+    """
+    place = place_of(save_dir)
+    on_disk = place.checkpoint_names()
     known = [e for e in (manifest.checkpoints if manifest else []) if e.file in on_disk]
     indexed = {e.file for e in known}
     length = manifest.epoch_length if manifest else None
-    adopted = [_adopted(p, length) for name, p in on_disk.items() if name not in indexed]
+    adopted = [_adopted(place, n, d, length) for n, d in on_disk.items() if n not in indexed]
     return known + [e for e in adopted if e is not None]
 
 
 def first_loadable(save_dir, entries, map_location="cpu"):
     """``(entry, state)`` of the first entry whose file loads; damaged ones are skipped, loudly,
     and one that is gone (rotated out since it was listed) quietly: it is not there."""
+    place = place_of(save_dir)
     for entry in entries:
-        path = Path(save_dir) / entry.file
         try:
-            return entry, load_checkpoint_file(path, map_location=map_location)
+            return entry, _load_from(place, entry.file, map_location)
         except VanishedCheckpoint:
             continue
         except UnreadableCheckpoint as error:
             warnings.warn(
-                f"skipping {path}, which does not load ({error.reason}); trying the next "
-                f"checkpoint.",
+                f"skipping {place.shown(entry.file)}, which does not load ({error.reason}); "
+                f"trying the next checkpoint.",
                 stacklevel=3,
             )
     return None, None
 
 
+def _load_from(place: Place, name: str, map_location="cpu"):
+    """The checkpoint ``name`` of ``place``, its errors naming it where it is kept."""
+    try:
+        return load_checkpoint_file(place.readable(name), map_location=map_location)
+    except VanishedCheckpoint:
+        raise
+    except UnreadableCheckpoint as error:
+        if not place.remote:
+            raise
+        raise UnreadableCheckpoint(place.shown(name), error.reason) from error
+
+
+def _arrived(save_dir) -> Place:
+    """The place of ``save_dir`` with its records read (from the store, for a URL)."""
+    place = place_of(save_dir)
+    place.pull_records()
+    return place
+
+
 def latest_checkpoint(save_dir):
-    """``(path, state)`` of the furthest-trained resumable checkpoint that loads, or None."""
+    """``(path, state)`` of the furthest-trained resumable checkpoint that loads, or None; for a
+    URL the path is the checkpoint's URL."""
+    place = _arrived(save_dir)
 
     def listing() -> list:
-        entries = indexed_view(save_dir, _read_manifest(save_dir))
+        entries = indexed_view(place, _read_manifest(place))
         return sorted((e for e in entries if e.resumable), key=Entry.progress_key, reverse=True)
 
-    return _loaded(save_dir, listing, "latest")
+    return _loaded(place, listing, "latest")
 
 
 def eval_checkpoint(save_dir, which: str, prefix: str = "valid_"):
@@ -142,6 +168,9 @@ def eval_checkpoint(save_dir, which: str, prefix: str = "valid_"):
     """
     if which == "latest":
         return latest_checkpoint(save_dir)
+    if is_url(which):
+        folder, name = which.rstrip("/").rsplit("/", 1)
+        return which, _load_named(place_of(folder), name)
     if which != "best":
         path = Path(which)
         if not path.exists():
@@ -150,16 +179,17 @@ def eval_checkpoint(save_dir, which: str, prefix: str = "valid_"):
             )
         if _is_run_directory(path):
             raise _run_directory_error(path, save_dir)
-        return path, _load_named(path)
+        return path, _load_named(place_of(path.parent), path.name)
     engine = prefix[:-1] if prefix.endswith("_") else prefix
+    place = _arrived(save_dir)
 
     def listing() -> list:
-        entries = indexed_view(save_dir, _read_manifest(save_dir))
+        entries = indexed_view(place, _read_manifest(place))
         bests = [e for e in entries if e.kind == "best" and e.engine == engine]
         bests.sort(key=lambda e: (e.score if e.score is not None else -math.inf, e.progress_key()))
         return list(reversed(bests))
 
-    return _loaded(save_dir, listing, "best")
+    return _loaded(place, listing, "best")
 
 
 def _is_run_directory(path: Path) -> bool:
@@ -188,29 +218,37 @@ def _run_directory_error(path: Path, save_dir) -> ConfigError:
 _LISTINGS = 3
 
 
-def _loaded(save_dir, listing, which: str):
+def _loaded(place: Place, listing, which: str):
     """The first checkpoint of ``listing()`` that loads; None when there are none, and a config
     error when every one is damaged, which is not the same as a run without checkpoints."""
     for _attempt in range(_LISTINGS):
         entries = listing()
-        entry, state = first_loadable(save_dir, entries)
+        entry, state = first_loadable(place, entries)
         if entry is not None:
-            return Path(save_dir) / entry.file, state
-        if all((Path(save_dir) / e.file).exists() for e in entries):
+            return _shown_path(place, entry.file), state
+        if all(place.exists(e.file) for e in entries):
             break
     if entries:
+        where = place.shown()
         raise ConfigError(
-            f"no {which!r} checkpoint in {save_dir} can be loaded: the {len(entries)} there are "
+            f"no {which!r} checkpoint in {where} can be loaded: the {len(entries)} there are "
             f"damaged (each is named in a warning above).\n"
-            f"  Restore a good copy into {save_dir}, or name another checkpoint file "
+            f"  Restore a good copy into {where}, or name another checkpoint file "
             f"(gatle-ignite eval --ckpt PATH)."
         )
     return None
 
 
-def _load_named(path: Path):
+def _shown_path(place: Place, name: str):
+    """A checkpoint as callers get it: a Path on this machine, the URL on a store (a Path
+    would collapse its '//')."""
+    return place.shown(name) if place.remote else place.path / name
+
+
+def _load_named(place: Place, name: str):
+    path = place.shown(name)
     try:
-        return load_checkpoint_file(path)
+        return _load_from(place, name)
     except UnreadableCheckpoint as error:
         raise ConfigError(
             f"cannot load {path}: {error.reason}.\n"
@@ -220,11 +258,12 @@ def _load_named(path: Path):
 
 
 def _read_manifest(save_dir) -> Optional[Manifest]:
+    place = place_of(save_dir)
     try:
-        return Manifest.read(save_dir)
+        return Manifest.read(place.path)
     except (ValueError, TypeError) as error:
         warnings.warn(
-            f"{Path(save_dir) / MANIFEST_FILE} cannot be read ({error}); rebuilding the run's "
+            f"{place.shown(MANIFEST_FILE)} cannot be read ({error}); rebuilding the run's "
             f"index from the checkpoint files.",
             stacklevel=3,
         )
@@ -243,8 +282,19 @@ class RunDirectory:
         self.cfg = cfg
         self.payload = payload
         self.defaults = defaults
-        self.path = Path(cfg.save_dir)
-        self.lock = RunLock(self.path)
+        if is_url(cfg.save_dir):
+            from gatle_ignite.run.storage.lease import Lease
+
+            # Everything is written in a staging directory here and published to the URL.
+            self.place = place_of(cfg.save_dir, local=staging_dir(cfg.save_dir))
+            self.lock = Lease(self.place)
+            self.place.guard = self.lock.check
+        else:
+            self.place = place_of(cfg.save_dir)
+            self.lock = RunLock(self.place.path)
+        self.path = self.place.path
+        # How messages name the directory: its path, or its URL.
+        self.where = self.place.shown()
         # A trainer built by a script and dropped without fit() lets go of the directory.
         weakref.finalize(self, self.lock.release)
         self.manifest: Optional[Manifest] = None
@@ -283,8 +333,10 @@ class RunDirectory:
 
     def _decide(self) -> Plan:
         self.lock.acquire()
+        if self.place.remote:
+            self.place.arrive()
         found = _read_manifest(self.path)
-        entries = indexed_view(self.path, found)
+        entries = indexed_view(self.place, found)
         payload = self.payload
         if not self.cfg.resume:
             if entries and self._keeps_nothing():
@@ -294,7 +346,7 @@ class RunDirectory:
             return self._start(payload)
         if not entries:
             warnings.warn(
-                f"resume=True but {self.path} has no {LATEST_PREFIX}* or {LATEST_ITER_PREFIX}* "
+                f"resume=True but {self.where} has no {LATEST_PREFIX}* or {LATEST_ITER_PREFIX}* "
                 f"checkpoint, so the run starts from scratch.",
                 stacklevel=5,
             )
@@ -311,7 +363,7 @@ class RunDirectory:
         0.4 script trains one to check a task: it may train, but it writes nothing here."""
         found = manifest.describe() if manifest else f"{len(entries)} checkpoint(s) of a run"
         warnings.warn(
-            f"save_dir {self.path} holds {found}; this run has save_ckpt=False, so it trains "
+            f"save_dir {self.where} holds {found}; this run has save_ckpt=False, so it trains "
             f"without writing anything there (no checkpoint, run.json, config.json, metrics.csv "
             f"or TensorBoard file), and that run stays as it is.",
             stacklevel=5,
@@ -322,22 +374,22 @@ class RunDirectory:
         for leftover in self.path.iterdir():
             if is_staging(leftover):
                 remove_quietly(leftover)
+        if self.place.remote:
+            self.place.remove_interrupted_writes()
 
     def _replace_or_refuse(self, manifest: Optional[Manifest], entries: list) -> None:
         found = manifest.describe() if manifest else f"{len(entries)} checkpoint(s) of a run"
         if not self.cfg.get("replace_run", False):
             raise ConfigError(
-                f"save_dir {self.path} already holds {found}, and this is a fresh run "
+                f"save_dir {self.where} already holds {found}, and this is a fresh run "
                 f"(resume=False).\n"
                 f"  Continue that run with --override resume=True, or replace it (deleting its "
                 f"checkpoints) with --override replace_run=True, or give this run another "
                 f"save_dir."
             )
-        doomed = [self.path / e.file for e in entries]
-        doomed += [self.path / name for name in (MANIFEST_FILE, CONFIG_FILE, *OWNED_LOGS)]
-        for path in doomed:
-            remove_quietly(path)
-        rank_zero_print(f"REPLACED {found} in {self.path}: deleted {len(entries)} checkpoint(s).")
+        for name in [e.file for e in entries] + [MANIFEST_FILE, CONFIG_FILE, *OWNED_LOGS]:
+            self.place.remove(name)
+        rank_zero_print(f"REPLACED {found} in {self.where}: deleted {len(entries)} checkpoint(s).")
 
     def _start(self, payload: dict) -> Plan:
         self.manifest = Manifest.new(self.cfg.name, payload, identity.fingerprint(payload))
@@ -356,7 +408,12 @@ class RunDirectory:
         self.manifest.state = "running"
         self.manifest.stop_reason = ""
         self.lock.note_holder()
-        self.manifest.write(self.path)
+        self._write_manifest()
+
+    def _write_manifest(self, last_word: bool = False) -> None:
+        """Write run.json, and publish it with the records it describes (a remote place)."""
+        self.manifest.write(self.path, last_word=last_word)
+        self.place.publish_records()
 
     def _adopt(self, found: Optional[Manifest], entries: list, payload: dict) -> Manifest:
         """The run's manifest, made from its files when it has none (a 0.4 run directory)."""
@@ -364,7 +421,7 @@ class RunDirectory:
             recorded = _recorded_config(self.path)
             if recorded is None:
                 warnings.warn(
-                    f"{self.path} has no record of the config its run was started with, so "
+                    f"{self.where} has no record of the config its run was started with, so "
                     f"this resume cannot check what changed.",
                     stacklevel=6,
                 )
@@ -380,13 +437,13 @@ class RunDirectory:
         length = engine.get("epoch_length") or manifest.epoch_length
         iteration = engine.get("iteration", entry.iteration) or 0
         self._check_max_epochs(iteration, length)
-        self._loaded = (str(self.path / entry.file), state)
+        self._loaded = (self.place.shown(entry.file), state)
         finished = self._finished(manifest, payload, iteration, length)
         if finished:
             if stale:
                 self._repair(manifest, iteration, length)
             self.lock.release()
-            return Plan("nothing", message=finished, checkpoint=str(self.path / entry.file))
+            return Plan("nothing", message=finished, checkpoint=self.place.shown(entry.file))
         if accepted:
             manifest.accepted_changes.append({"iteration": iteration, "changes": accepted})
             manifest.config = payload
@@ -398,7 +455,7 @@ class RunDirectory:
         self._begin()
         return Plan(
             "resume",
-            checkpoint=str(self.path / entry.file),
+            checkpoint=self.place.shown(entry.file),
             accepted=sorted(accepted),
             checkpoints=list(manifest.checkpoints),
         )
@@ -411,9 +468,9 @@ class RunDirectory:
         )
         if change:
             warnings.warn(
-                f"resuming run '{manifest.name}' in {self.path} on other code than it began "
+                f"resuming run '{manifest.name}' in {self.where} on other code than it began "
                 f"with: {change}. Its weights are trained by both; `gatle-ignite runs "
-                f"{self.path} --provenance` shows the code of each start.",
+                f"{self.where} --provenance` shows the code of each start.",
                 stacklevel=5,
             )
         manifest.provenance.append(started)
@@ -422,23 +479,23 @@ class RunDirectory:
         """``(entry, state)`` to resume from: the furthest-trained resumable checkpoint that
         loads, or else the furthest best file holding a whole training state (a kill or a full
         disk came between an epoch's best and latest writes)."""
-        entry, state = first_loadable(self.path, manifest.resumable_newest_first())
+        entry, state = first_loadable(self.place, manifest.resumable_newest_first())
         if entry is not None:
             return entry, state
         bests = [e for e in manifest.checkpoints if e.kind == "best"]
         for best in sorted(bests, key=Entry.progress_key, reverse=True):
-            entry, state = first_loadable(self.path, [best])
+            entry, state = first_loadable(self.place, [best])
             if entry is not None and "trainer" in state:
                 warnings.warn(
                     f"no {LATEST_PREFIX}* or {LATEST_ITER_PREFIX}* checkpoint of the run in "
-                    f"{self.path} loads; resuming from its best file {entry.file}, which holds "
+                    f"{self.where} loads; resuming from its best file {entry.file}, which holds "
                     f"the whole training state at its epoch's end.",
                     stacklevel=6,
                 )
                 return entry, state
         held = ", ".join(e.file for e in bests) or "none"
         raise ConfigError(
-            f"resume=True but no checkpoint in {self.path} can be resumed from: no "
+            f"resume=True but no checkpoint in {self.where} can be resumed from: no "
             f"{LATEST_PREFIX}* or {LATEST_ITER_PREFIX}* file loads, and no best file holds a "
             f"training state (best files: {held}; see the warnings above).\n"
             f"  Replace the run with --override resume=False --override replace_run=True "
@@ -500,7 +557,7 @@ class RunDirectory:
         reached = math.ceil(iteration / length)
         if self.cfg.max_epochs < reached:
             raise ConfigError(
-                f"max_epochs={self.cfg.max_epochs}, but the run in {self.path} already trained "
+                f"max_epochs={self.cfg.max_epochs}, but the run in {self.where} already trained "
                 f"into epoch {reached} (iteration {iteration}).\n"
                 f"  Resume with max_epochs >= {reached}, or start a new run from its weights "
                 f"in another save_dir with model_checkpoint_dir=<one of its checkpoints>."
@@ -510,7 +567,7 @@ class RunDirectory:
         """Why there is nothing to train, or None when the resume has work to do."""
         if manifest.state == "pruned":
             return (
-                f"NOTHING TO DO: the run in {self.path} was pruned by its sweep "
+                f"NOTHING TO DO: the run in {self.where} was pruned by its sweep "
                 f"({manifest.stop_reason}), which makes it finished.{_best_line(manifest)}\n"
                 f"  To train it further, start a new run from its weights in another save_dir "
                 f"with model_checkpoint_dir=<its latest checkpoint>."
@@ -521,14 +578,14 @@ class RunDirectory:
         best = _best_line(manifest)
         if epochs >= self.cfg.max_epochs:
             return (
-                f"NOTHING TO DO: the run in {self.path} has trained all {epochs} of its "
+                f"NOTHING TO DO: the run in {self.where} has trained all {epochs} of its "
                 f"max_epochs.{best}\n  Raise max_epochs to train it further; the learning-rate "
                 f"schedule keeps its length unless you add "
                 f"--override \"accept_changes=['max_epochs']\"."
             )
         if manifest.state == "early-stopped" and not _patience_changed(manifest.config, payload):
             return (
-                f"NOTHING TO DO: the run in {self.path} stopped early at epoch {epochs} "
+                f"NOTHING TO DO: the run in {self.where} stopped early at epoch {epochs} "
                 f"({manifest.stop_reason}).{best}\n"
                 f"  Raise early_stop_patience (or set it to 0) to train it further."
             )
@@ -541,10 +598,11 @@ class RunDirectory:
         manifest.max_epochs = self.cfg.max_epochs
         manifest.epoch_length = length
         manifest.trained_iteration, manifest.trained_epoch = iteration, iteration // length
-        where = self.path / MANIFEST_FILE
+        where = self.place.shown(MANIFEST_FILE)
         try:
             manifest.write(self.path)
-        except (OSError, ConfigError) as error:
+            self.place.publish_records()
+        except (OSError, ConfigError, StorageError) as error:
             warnings.warn(
                 f"{where} still says the run is running, and cannot be corrected ({error}).",
                 stacklevel=6,
@@ -565,7 +623,9 @@ class RunDirectory:
         if self._loaded is not None:
             loaded, self._loaded = self._loaded, None
             return loaded
-        return self.plan.checkpoint, load_checkpoint_file(self.plan.checkpoint)
+        checkpoint = self.plan.checkpoint
+        name = checkpoint.rsplit("/", 1)[-1] if self.place.remote else Path(checkpoint).name
+        return checkpoint, _load_from(self.place, name)
 
     # ---- while training: the index (rank 0) ----
 
@@ -576,7 +636,11 @@ class RunDirectory:
             entry.score = float(metadata["priority"])
         self.manifest.record(entry, removed)
         self._note_progress(trainer)
-        self.manifest.write(self.path)
+        self._write_manifest()
+
+    def shown(self, checkpoint) -> Optional[str]:
+        """How a message names a checkpoint file this run wrote (its URL, on a store)."""
+        return self.place.shown(Path(checkpoint).name) if checkpoint else checkpoint
 
     def note_lr_groups(self, names: list) -> None:
         """Record the param groups' names (rank 0), written with the run's next record."""
@@ -609,7 +673,7 @@ class RunDirectory:
             self._note_progress(trainer)
         if state in ("completed", "early-stopped"):
             self._drop_recovered_interruptions()
-        self.manifest.write(self.path, last_word=True)
+        self._write_manifest(last_word=True)
 
     def release(self) -> None:
         """Let the next process in."""
@@ -633,7 +697,7 @@ class RunDirectory:
             and not (every and e.iteration % every == 0)
         ]
         for entry in stale:
-            remove_quietly(self.path / entry.file)
+            self.place.remove(entry.file)
         self.manifest.forget(entry.file for entry in stale)
 
 

@@ -24,6 +24,7 @@ from gatle_ignite.run.layout import LATEST_ITER_PREFIX, LATEST_PREFIX, best_pref
 from gatle_ignite.run.loading import RunMeta, load_weights, restore
 from gatle_ignite.run.model_fit import misfit_message, recorded_changes, tensor_differences
 from gatle_ignite.run.saving import BackgroundWrites, RunSaver
+from gatle_ignite.run.storage import local_dir, place_of
 from gatle_ignite.run.unchanged_state import LastWrite
 from gatle_ignite.trainer.accepted_changes import (
     apply_accepted_changes,
@@ -142,7 +143,11 @@ class _Handlers:
         self, prefix: str, kind: str, engine: str = "", also_save=None, **options
     ) -> Checkpoint:
         cfg = self.trainer.cfg
-        saver = RunSaver(cfg.save_dir, self.last_write, self._record, self.writes, self.group)
+        run_dir = self.run_dir
+        place = run_dir.place if run_dir is not None else place_of(local_dir(cfg.save_dir))
+        saver = RunSaver(
+            place.path, self.last_write, self._record, self.writes, self.group, place=place
+        )
         to_save = {**self.to_save, **(also_save or {})}
         handler = _TimedCheckpoint(
             to_save,

@@ -5,6 +5,7 @@ import os
 
 from gatle_ignite.callbacks.logging import Backend as BaseBackend
 from gatle_ignite.callbacks.logging import import_extra
+from gatle_ignite.run.storage import local_dir
 
 __all__ = ["Backend"]
 
@@ -15,7 +16,7 @@ class Backend(BaseBackend):
     def __init__(self, cfg):
         super().__init__(cfg)
         self.summary = import_extra("torch.utils.tensorboard", "tensorboard")
-        self.log_dir = os.path.join(cfg.save_dir, "tensorboard")
+        self.log_dir = os.path.join(local_dir(cfg.save_dir), "tensorboard")
         self.writer = self.summary.SummaryWriter(log_dir=self.log_dir)
 
     def log(self, metrics, step=None, epoch=None):

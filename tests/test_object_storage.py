@@ -1,0 +1,183 @@
+"""A run directory on object storage: ``memory://`` in this process for the fast cases, and a real
+S3 endpoint (moto's server, started by the tests) for runs in their own processes."""
+
+import json
+import subprocess
+import sys
+import threading
+import time
+
+import fsspec
+import pytest
+import torch
+
+from gatle_ignite.run.manifest import Manifest
+from gatle_ignite.run.storage import StorageError, place_of, staging_dir
+from gatle_ignite.run.storage.lease import Lease, lease_holder
+from gatle_ignite.trainer.preemption import Preempted
+from tests.conftest import ROOT, child_env
+from tests.test_preemption import SignalledAt
+from tests.toy.trainer import Trainer
+
+
+@pytest.fixture(autouse=True)
+def own_cache(tmp_path, monkeypatch):
+    """Staging directories and the read cache under the test's own folder; a short lease."""
+    monkeypatch.setenv("GATLE_IGNITE_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("GATLE_IGNITE_LEASE_SECONDS", "3")
+
+
+@pytest.fixture
+def bucket(request):
+    """A fresh ``memory://`` prefix, emptied after the test."""
+    url = f"memory://bucket/{request.node.name}"
+    yield url
+    memory = fsspec.filesystem("memory")
+    if memory.exists(f"/bucket/{request.node.name}"):
+        memory.rm(f"/bucket/{request.node.name}", recursive=True)
+
+
+def _keys(url: str) -> list:
+    memory = fsspec.filesystem("memory")
+    root = url.split("://", 1)[1]
+    return sorted(p.split(root + "/", 1)[1] for p in memory.find("/" + root))
+
+
+def _same_weights(a, b) -> bool:
+    a, b = a.model.state_dict(), b.model.state_dict()
+    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+# ---- training into a URL (memory://) ----
+
+
+def test_preempted_on_a_url_then_resumed_ends_bit_identical_to_a_local_run(
+    make_cfg, bucket, tmp_path
+):
+    with pytest.raises(Preempted):
+        SignalledAt(0, make_cfg(save_dir=bucket, max_epochs=3), at=6).fit()
+    assert "latest_iter_checkpoint_6.pt" in _keys(bucket)
+    # A new machine: nothing of the first process's staging directory is left.
+    staging = staging_dir(bucket)
+    assert staging.is_dir()
+    import shutil
+
+    shutil.rmtree(staging)
+    resumed = Trainer(0, make_cfg(save_dir=bucket, max_epochs=3, resume=True)).fit()
+    local = Trainer(0, make_cfg(save_dir=str(tmp_path / "local"), max_epochs=3)).fit()
+    assert _same_weights(resumed, local)
+    record = json.loads(fsspec.filesystem("memory").cat_file(bucket + "/run.json"))
+    assert record["state"] == "completed"
+    assert {e["file"] for e in record["checkpoints"]} <= set(_keys(bucket))
+
+
+def test_a_used_prefix_is_refused_and_a_finished_run_resumed_does_nothing(cli, bucket, tmp_path):
+    from tests.toy.config_file import write_toy_config
+
+    config = write_toy_config(tmp_path / "cfg.py", save_dir=bucket, max_epochs=1)
+    assert cli("train", config)[0] == 0
+    before = _keys(bucket)
+    code, _out, err = cli("train", config)
+    assert code == 2
+    assert f"save_dir {bucket} already holds run 'toy'" in err
+    code, out, _err = cli("train", config, "resume=True")
+    assert code == 0
+    assert f"NOTHING TO DO: the run in {bucket} has trained all 1 of its max_epochs" in out
+    assert _keys(bucket) == before
+
+
+def test_only_the_runs_own_objects_are_ever_deleted(make_cfg, bucket):
+    memory = fsspec.filesystem("memory")
+    root = bucket.split("://", 1)[1]
+    # A sibling prefix sharing the run's name as its start, and a user's file in the prefix.
+    memory.pipe_file(f"/{root}_old/latest_epoch_checkpoint_1.pt", b"another run")
+    memory.pipe_file(f"/{root}/notes.txt", b"mine")
+    Trainer(0, make_cfg(save_dir=bucket, max_epochs=3, n_saved=1)).fit()
+    indexed = {e.file for e in Manifest.read(staging_dir(bucket)).checkpoints}
+    checkpoints = {k for k in _keys(bucket) if k.endswith(".pt")}
+    assert checkpoints == indexed == {"latest_epoch_checkpoint_3.pt", _best(bucket)}
+    Trainer(0, make_cfg(save_dir=bucket, max_epochs=1, replace_run=True)).fit()
+    assert memory.cat_file(f"/{root}_old/latest_epoch_checkpoint_1.pt") == b"another run"
+    assert memory.cat_file(f"/{root}/notes.txt") == b"mine"
+
+
+def _best(url) -> str:
+    return next(k for k in _keys(url) if k.startswith("valid_best_result"))
+
+
+def test_a_local_run_imports_no_fsspec(tmp_path):
+    script = (
+        "import sys\n"
+        "from gatle_ignite.cli.main import main\n"
+        "from tests.toy.config_file import write_toy_config\n"
+        f"config = write_toy_config({str(tmp_path / 'cfg.py')!r}, "
+        f"save_dir={str(tmp_path / 'run')!r}, max_epochs=1)\n"
+        "assert main(['train', '--config=' + config]) == 0\n"
+        "print('fsspec' in sys.modules, 's3fs' in sys.modules)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, env=child_env()
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().splitlines()[-1] == "False False"
+
+
+# ---- the lease ----
+
+
+def _note(host="elsewhere", pid=1, expires_in=30.0, **fields) -> bytes:
+    note = {"holder": "x", "pid": pid, "host": host, "command": "gatle-ignite train"}
+    return json.dumps({**note, "expires": time.time() + expires_in, **fields}).encode()
+
+
+def test_a_live_lease_refuses_a_second_writer_and_a_dead_one_is_taken_over(bucket):
+    place = place_of(bucket, local=staging_dir(bucket))
+    place.create("run.lease", _note())
+    stop = threading.Event()
+
+    def holder_renews():
+        while not stop.wait(0.3):
+            found = place.read_tagged("run.lease")
+            place.replace("run.lease", _note(), found[1])
+
+    renewing = threading.Thread(target=holder_renews, daemon=True)
+    renewing.start()
+    try:
+        with pytest.raises(Exception, match="in use by another gatle-ignite process"):
+            Lease(place).acquire()
+    finally:
+        stop.set()
+        renewing.join()
+    # The holder stopped renewing: its lease runs out and is taken over.
+    lease = Lease(place)
+    lease.acquire()
+    assert lease_holder(place)["holder"] == lease.token
+    lease.release()
+    assert lease_holder(place) is None
+
+
+def test_a_released_or_expired_lease_is_taken_at_once(bucket):
+    place = place_of(bucket, local=staging_dir(bucket))
+    for note in (_note(released=True), _note(expires_in=-1)):
+        place.fs.pipe_file(place.key("run.lease"), note)
+        started = time.monotonic()
+        lease = Lease(place)
+        lease.acquire()
+        assert time.monotonic() - started < 2
+        lease.release()
+
+
+def test_a_lease_taken_over_behind_its_holders_back_stops_its_writes(bucket):
+    place = place_of(bucket, local=staging_dir(bucket))
+    lease = Lease(place)
+    lease.acquire()
+    place.guard = lease.check
+    place.fs.pipe_file(place.key("run.lease"), _note())
+    deadline = time.monotonic() + 30
+    while lease.lost is None:
+        assert time.monotonic() < deadline, "the heartbeat never noticed"
+        time.sleep(0.1)
+    with pytest.raises(StorageError, match="another process took over the lease"):
+        place.publish_bytes("run.json", b"{}")
+    lease.release()
+    assert json.loads(place.read_bytes("run.lease"))["host"] == "elsewhere"
