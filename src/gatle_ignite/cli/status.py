@@ -6,7 +6,6 @@ The exit code is for job scripts: 0 the run is finished (completed, stopped earl
 training it now.
 """
 
-from pathlib import Path
 from typing import Optional
 
 from gatle_ignite.cli.lr_find import PLOT_FILE as LR_FIND_PLOT
@@ -14,8 +13,8 @@ from gatle_ignite.dispatch import ConfigError
 from gatle_ignite.redaction import shown_command
 from gatle_ignite.run.directory import indexed_view
 from gatle_ignite.run.layout import MANIFEST_FILE
-from gatle_ignite.run.lock import holder
 from gatle_ignite.run.manifest import Manifest
+from gatle_ignite.run.storage import Place, holder_of, place_of
 from gatle_ignite.trainer.preemption import EXIT_PREEMPTED
 
 __all__ = ["run_status"]
@@ -33,28 +32,31 @@ _EXIT_CODES = {
 }
 
 
-def _read(save_dir: Path) -> tuple:
+def _read(place: Place) -> tuple:
     """``(manifest, "")``, or ``(None, why)`` when ``run.json`` is damaged."""
-    if not save_dir.is_dir():
-        raise ConfigError(f"{save_dir} does not exist.\n  Give the save_dir of a run.")
+    held = place.names()
+    if held is None:
+        raise ConfigError(f"{place.shown()} does not exist.\n  Give the save_dir of a run.")
+    place.pull_records()
     try:
-        manifest = Manifest.read(save_dir)
+        manifest = Manifest.read(place.path)
     except ValueError as error:
         return None, str(error)
     if manifest is None:
-        raise ConfigError(_no_run(save_dir))
+        raise ConfigError(_no_run(place, held))
     return manifest, ""
 
 
-def _no_run(save_dir: Path) -> str:
-    """Why ``save_dir`` (no ``run.json``) is no run, by what it holds."""
-    if indexed_view(save_dir, None):
+def _no_run(place: Place, held: list) -> str:
+    """Why the directory (no ``run.json``) is no run, by what it holds."""
+    save_dir = place.shown()
+    if indexed_view(place, None):
         return (
             f"{save_dir} holds checkpoints but no run.json: a run of gatle-ignite 0.4, which "
             f"gets one at its next resume.\n"
             f"  Resume it (--override resume=True), or give the save_dir of another run."
         )
-    held = sorted(entry.name for entry in save_dir.iterdir())
+    held = sorted(held)
     if held == [LR_FIND_PLOT]:
         what = f"only {LR_FIND_PLOT}, the plot `gatle-ignite lr-find` writes, which trains no run"
     elif held:
@@ -91,12 +93,14 @@ def _trial_line(trial: dict) -> str:
 
 
 def run_status(save_dir) -> int:
-    """Print the run in ``save_dir`` and return the exit code its state calls for."""
-    save_dir = Path(save_dir)
-    manifest, damage = _read(save_dir)
-    live = holder(save_dir)
+    """Print the run in ``save_dir`` (a directory or a URL) and return the exit code its state
+    calls for."""
+    place = place_of(save_dir)
+    save_dir = place.shown()
+    manifest, damage = _read(place)
+    live = holder_of(place)
     if manifest is None:
-        return _damaged(save_dir, damage, live)
+        return _damaged(place, damage, live)
     state = manifest.state
     if state == "running" and live is None:
         state = "interrupted"
@@ -127,16 +131,16 @@ def _print_checkpoints(entries: list) -> None:
         print(_checkpoint_line(entry))
 
 
-def _damaged(save_dir: Path, why: str, live: Optional[dict]) -> int:
+def _damaged(place: Place, why: str, live: Optional[dict]) -> int:
     """A run whose ``run.json`` cannot be read: what its files say, as a resume would see it."""
-    manifest = save_dir / MANIFEST_FILE
-    if manifest.is_dir():
+    save_dir, manifest = place.shown(), place.shown(MANIFEST_FILE)
+    if (place.path / MANIFEST_FILE).is_dir():
         # As a resume refuses it: a requeue loop on this exit code must not go round forever.
         raise ConfigError(
             f"{manifest} is a directory, where the run keeps its manifest.\n"
             f"  Move that directory out of {save_dir}; a resume then rebuilds the manifest."
         )
-    entries = indexed_view(save_dir, None)
+    entries = indexed_view(place, None)
     if live is None and not entries:
         raise ConfigError(
             f"{manifest} is damaged ({why}), and {save_dir} holds no checkpoint.\n"

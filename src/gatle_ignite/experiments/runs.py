@@ -25,7 +25,7 @@ from gatle_ignite.run.layout import (
     checkpoint_files,
     parse_checkpoint_name,
 )
-from gatle_ignite.run.lock import holder
+from gatle_ignite.run.storage import holder_of, is_url, place_of
 
 __all__ = [
     "RunSummary",
@@ -108,6 +108,12 @@ def find_runs(paths) -> list:
     below it. A path that does not exist or holds no run is a config error."""
     found = []
     for given in paths:
+        if is_url(given):
+            runs = place_of(given).runs_below()
+            if not runs:
+                raise ConfigError(f"no run in {given}: nothing below it holds a {MANIFEST_FILE}.")
+            found += [run for run in runs if run not in found]
+            continue
         path = Path(given)
         if not path.is_dir():
             raise ConfigError(f"{path} is not a directory.\n  {_NO_RUN_HINT}")
@@ -135,9 +141,9 @@ def _read_json(path: Path) -> Optional[dict]:
     return data if isinstance(data, dict) else None
 
 
-def _entries(path: Path, manifest: Optional[dict]) -> list:
+def _entries(place, manifest: Optional[dict]) -> list:
     """The run's checkpoints: its index's entries whose files exist, and by name the others."""
-    on_disk = {p.name for p in checkpoint_files(path)}
+    on_disk = set(place.checkpoint_names())
     known = []
     for raw in (manifest or {}).get("checkpoints", []):
         try:
@@ -200,12 +206,12 @@ def _seconds(manifest: Optional[dict]) -> Optional[float]:
     return _span(manifest.get("created"), manifest.get("updated"))
 
 
-def _state(path: Path, manifest: Optional[dict]) -> str:
+def _state(place, manifest: Optional[dict]) -> str:
     if manifest is None:
         return "unknown"
     state = str(manifest.get("state", "unknown"))
     # A run left "running" whose process is gone was killed.
-    if state == "running" and holder(path) is None:
+    if state == "running" and holder_of(place) is None:
         return "interrupted"
     return state
 
@@ -229,19 +235,23 @@ def _manifest(path: Path) -> Optional[dict]:
 
 
 def read_run(path) -> RunSummary:
-    """Everything ``runs`` shows of the run in ``path``, from its files as they are now."""
-    path = Path(path)
-    manifest = _manifest(path)
-    config = (manifest or {}).get("config") or _read_json(path / CONFIG_FILE) or {}
-    entries = _entries(path, manifest)
+    """Everything ``runs`` shows of the run in ``path`` (a directory or a URL), from its files as
+    they are now."""
+    place = place_of(path)
+    place.pull_records()
+    path = path if is_url(path) else Path(path)
+    here = place.path
+    manifest = _manifest(here)
+    config = (manifest or {}).get("config") or _read_json(here / CONFIG_FILE) or {}
+    entries = _entries(place, manifest)
     score_name = config.get("score_name")
     factor = config.get("score_factor") or 1
     best = _best(entries, score_name)
     params = _sweep_trial(manifest).get("params")
     return RunSummary(
         path=path,
-        name=str((manifest or {}).get("name") or config.get("name") or path.name),
-        state=_state(path, manifest),
+        name=str((manifest or {}).get("name") or config.get("name") or _last_name(path)),
+        state=_state(place, manifest),
         trial=_trial(manifest),
         score_name=score_name,
         score=best.score / factor if best is not None else None,
@@ -255,6 +265,10 @@ def read_run(path) -> RunSummary:
         starts=[s for s in (manifest or {}).get("provenance") or [] if isinstance(s, dict)],
         lr_groups=_lr_groups(manifest),
     )
+
+
+def _last_name(path) -> str:
+    return path.rstrip("/").rsplit("/", 1)[-1] if isinstance(path, str) else path.name
 
 
 def _lr_groups(manifest: Optional[dict]) -> list:

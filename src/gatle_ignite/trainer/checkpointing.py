@@ -24,7 +24,7 @@ from gatle_ignite.run.layout import LATEST_ITER_PREFIX, LATEST_PREFIX, best_pref
 from gatle_ignite.run.loading import RunMeta, load_weights, restore
 from gatle_ignite.run.model_fit import misfit_message, recorded_changes, tensor_differences
 from gatle_ignite.run.saving import BackgroundWrites, RunSaver
-from gatle_ignite.run.storage import local_dir, place_of
+from gatle_ignite.run.storage import is_url, local_dir, place_of
 from gatle_ignite.run.unchanged_state import LastWrite
 from gatle_ignite.trainer.accepted_changes import (
     apply_accepted_changes,
@@ -437,7 +437,10 @@ def _misfit(trainer, ckpt, state) -> Optional[ConfigError]:
     if not differences:
         return None
     payload, defaults = config_payload(trainer.cfg), config_payload(base_config())
-    changes = recorded_changes(Path(ckpt).parent, payload, defaults)
+    # The run the checkpoint belongs to: its directory, or for a URL that run's read cache.
+    ckpt = str(ckpt)
+    run_dir = place_of(ckpt.rsplit("/", 1)[0]).path if is_url(ckpt) else Path(ckpt).parent
+    changes = recorded_changes(run_dir, payload, defaults)
     return ConfigError(misfit_message(ckpt, differences, changes))
 
 

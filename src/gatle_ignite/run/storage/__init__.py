@@ -18,6 +18,7 @@ __all__ = [
     "Place",
     "StorageError",
     "cache_root",
+    "holder_of",
     "is_url",
     "local_dir",
     "place_of",
@@ -65,6 +66,18 @@ def shown_in(save_dir, name: str = "") -> str:
     if is_url(save_dir):
         return f"{save_dir.rstrip('/')}/{name}" if name else save_dir
     return str(Path(save_dir) / name) if name else str(save_dir)
+
+
+def holder_of(place: Place):
+    """The live process writing ``place`` (``pid``, ``host``, ``command``), or None: the lock
+    of a local directory, the lease of a URL."""
+    if place.remote:
+        from gatle_ignite.run.storage.lease import lease_holder
+
+        return lease_holder(place)
+    from gatle_ignite.run.lock import holder
+
+    return holder(place.path)
 
 
 def place_of(save_dir, local=None) -> Place:

@@ -37,6 +37,10 @@ class Place:
     def exists(self, name: str) -> bool:
         raise NotImplementedError
 
+    def names(self):
+        """The names directly in the directory; None when there is no such directory."""
+        raise NotImplementedError
+
     def readable(self, name: str):
         """What ``load_checkpoint_file`` opens for ``name``: a local path (fetched once from a
         remote place), or a sharded checkpoint's URL, which DCP reads in place."""
@@ -71,6 +75,9 @@ class LocalPlace(Place):
 
     def exists(self, name: str) -> bool:
         return (self.path / name).exists()
+
+    def names(self):
+        return [p.name for p in self.path.iterdir()] if self.path.is_dir() else None
 
     def readable(self, name: str) -> Path:
         return self.path / name

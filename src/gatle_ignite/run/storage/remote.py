@@ -23,6 +23,7 @@ from gatle_ignite.dispatch import ConfigError
 from gatle_ignite.redaction import redact_text
 from gatle_ignite.run.layout import (
     CONFIG_FILE,
+    LEASE_FILE,
     MANIFEST_FILE,
     METRICS_FILE,
     OWNED_LOGS,
@@ -148,6 +149,23 @@ class RemotePlace(Place):
             if name:
                 found[name] = item.get("type") == "directory"
         return found
+
+    def names(self):
+        """What the prefix holds, the lease aside; None when it holds nothing."""
+        names = [name for name in self.entries() if name != LEASE_FILE]
+        return names or None
+
+    def runs_below(self) -> list:
+        """The URL itself when it holds a run (a run.json or a checkpoint), else the URLs of
+        every run below it."""
+        if MANIFEST_FILE in self.entries() or self.checkpoint_names():
+            return [self.url]
+        self._fresh()
+        found = self.call("list", self.fs.find, self.root)
+        tail = "/" + MANIFEST_FILE
+        prefixes = sorted({key[: -len(tail)] for key in found if key.endswith(tail)})
+        base = self.url[: len(self.url) - len(self.root)] if self.root else self.url + "/"
+        return [f"{base}{prefix}" for prefix in prefixes]
 
     def checkpoint_names(self) -> dict:
         return {n: d for n, d in self.entries().items() if parse_checkpoint_name(n) is not None}
