@@ -181,3 +181,177 @@ def test_a_lease_taken_over_behind_its_holders_back_stops_its_writes(bucket):
         place.publish_bytes("run.json", b"{}")
     lease.release()
     assert json.loads(place.read_bytes("run.lease"))["host"] == "elsewhere"
+
+
+# ---- on a real S3 endpoint, each run its own process ----
+
+S3_FIELDS = {
+    "main_runner": "tests.toy.dist_trainer",
+    "max_epochs": 3,
+    "model_params": {"dropout": 0.3},
+    "train_ds_name": "tests.toy.data_aug",
+    "train_ds_params": {"n": 64, "bs": 16, "shuffle": True, "num_workers": 2},
+    "lr_scheduler": "gatle_ignite.schedulers.warmup_cosine",
+}
+TIMEOUT = 300
+
+
+@pytest.fixture(scope="module")
+def s3():
+    from tests.s3_server import S3Server
+
+    server = S3Server().start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def s3_bucket(s3, request):
+    """A fresh bucket on the endpoint: its s3:// URL, and a boto3 client of it."""
+    import boto3
+
+    client = boto3.client(
+        "s3",
+        endpoint_url=s3.endpoint,
+        aws_access_key_id="x",
+        aws_secret_access_key="x",
+        region_name="us-east-1",
+    )
+    name = request.node.name.replace("_", "-")[:50].strip("-").lower()
+    client.create_bucket(Bucket=name)
+    return f"s3://{name}", client
+
+
+def _s3_keys(client, bucket_url) -> list:
+    bucket = bucket_url.split("://", 1)[1]
+    pages = client.get_paginator("list_objects_v2").paginate(Bucket=bucket)
+    return sorted(item["Key"] for page in pages for item in page.get("Contents", []))
+
+
+def _s3_config(tmp_path, name, **fields):
+    path = tmp_path / f"{name}.py"
+    path.write_text(
+        "from tests.toy.config import toy_config\n\n\n"
+        f"def get_config():\n    return toy_config(**{ {**S3_FIELDS, **fields}!r})\n"
+    )
+    return str(path)
+
+
+def _s3_env(s3, tmp_path, machine="one", **extra):
+    """A child's environment on 'machine': its own cache, so a second machine starts bare."""
+    return child_env(
+        **s3.env(),
+        GATLE_IGNITE_CACHE=str(tmp_path / f"cache_{machine}"),
+        GATLE_IGNITE_LEASE_SECONDS="3",
+        **extra,
+    )
+
+
+def _cli(env, *args, timeout=TIMEOUT):
+    return subprocess.run(
+        [sys.executable, "-m", "gatle_ignite", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+    )
+
+
+def _start(env, *args):
+    return subprocess.Popen(
+        [sys.executable, "-m", "gatle_ignite", *args],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+        start_new_session=True,
+    )
+
+
+def _until(process, text):
+    lines = []
+    for line in process.stdout:
+        lines.append(line)
+        if text in line:
+            return lines
+    raise AssertionError("the run ended first:\n" + "".join(lines[-30:]))
+
+
+def _final_weights(folder):
+    return torch.load(folder / "final_weights.pt", weights_only=True)
+
+
+def _identical(a, b) -> bool:
+    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+@pytest.fixture(scope="module")
+def s3_reference(tmp_path_factory):
+    """The uninterrupted run, in a local save_dir."""
+    tmp = tmp_path_factory.mktemp("s3_reference")
+    config = _s3_config(tmp, "local", save_dir=str(tmp / "local"))
+    done = _cli(child_env(), "train", f"--config={config}")
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    return _final_weights(tmp / "local")
+
+
+@pytest.mark.slow
+def test_on_s3_sigterm_exits_75_and_another_machine_resumes_bit_identical(
+    s3, s3_bucket, tmp_path, s3_reference
+):
+    bucket, client = s3_bucket
+    url = f"{bucket}/run"
+    probes = tmp_path / "probes"
+    fields = {"save_dir": url, "probe_dir": str(probes)}
+    stopped = _s3_config(tmp_path, "stopped", **fields, fault_sigterm_rank=0, fault_sigterm_at=6)
+    first = _s3_env(s3, tmp_path, "one")
+    done = _cli(first, "train", f"--config={stopped}")
+    assert done.returncode == 75, done.stdout[-3000:] + done.stderr[-3000:]
+    assert f"saved {url}/latest_iter_checkpoint_6.pt" in done.stdout
+    assert "run/latest_iter_checkpoint_6.pt" in _s3_keys(client, bucket)
+    status = _cli(first, "status", url)
+    assert status.returncode == 75 and "preempted" in status.stdout, status.stdout
+    second = _s3_env(s3, tmp_path, "two")
+    # The same config: its signal was at iteration 6, which the resumed run never repeats.
+    config = stopped
+    done = _cli(second, "train", f"--config={config}", "--override=resume=True")
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert f"RESUMING FROM: {url}/latest_iter_checkpoint_6.pt" in done.stdout
+    assert _identical(_final_weights(probes), s3_reference)
+    status = _cli(second, "status", url)
+    assert status.returncode == 0 and "completed" in status.stdout, status.stdout
+    evaluated = _cli(_s3_env(s3, tmp_path, "three"), "eval", f"--config={config}")
+    assert evaluated.returncode == 0, evaluated.stderr[-3000:]
+    assert f"LOADING CHECKPOINT: {url}/valid_best_result_checkpoint_" in evaluated.stdout
+    runs = _cli(second, "runs", bucket, "--csv")
+    assert runs.returncode == 0 and "completed" in runs.stdout, runs.stderr[-2000:]
+
+
+@pytest.mark.slow
+def test_two_writers_on_one_prefix_the_second_is_refused(s3, s3_bucket, tmp_path):
+    bucket, _client = s3_bucket
+    url = f"{bucket}/run"
+    config = _s3_config(
+        tmp_path, "slow", save_dir=url, probe_dir=str(tmp_path / "p"), iter_sleep_s=0.5
+    )
+    first = _start(_s3_env(s3, tmp_path, "one"), "train", f"--config={config}")
+    try:
+        _until(first, " TRAIN epoch ")
+        second = _cli(
+            _s3_env(s3, tmp_path, "two"), "train", f"--config={config}", "--override=resume=True"
+        )
+        assert second.returncode == 2, second.stdout[-2000:] + second.stderr[-2000:]
+        assert f"{url} is in use by another gatle-ignite process (pid {first.pid}" in second.stderr
+    finally:
+        import os
+        import signal
+
+        os.killpg(first.pid, signal.SIGKILL)
+        first.wait(timeout=TIMEOUT)
+    # Killed without a word, its lease runs out and the next writer takes the run over.
+    third = _cli(
+        _s3_env(s3, tmp_path, "two"), "train", f"--config={config}", "--override=resume=True"
+    )
+    assert third.returncode == 0, third.stdout[-2000:] + third.stderr[-2000:]

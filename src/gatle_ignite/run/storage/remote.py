@@ -224,8 +224,8 @@ class RemotePlace(Place):
 
     def publish(self, name: str, same_as: Optional[str] = None) -> None:
         local = self.path / name
-        self.guard()
         try:
+            self.guard()
             if same_as is not None and self._tags().get(same_as) == self.tag(same_as):
                 # The same bytes are there already: the store copies them, nothing is sent.
                 self._atomically(name, lambda key: self.fs.copy(self.key(same_as), key))
