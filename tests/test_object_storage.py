@@ -355,3 +355,118 @@ def test_two_writers_on_one_prefix_the_second_is_refused(s3, s3_bucket, tmp_path
         _s3_env(s3, tmp_path, "two"), "train", f"--config={config}", "--override=resume=True"
     )
     assert third.returncode == 0, third.stdout[-2000:] + third.stderr[-2000:]
+
+
+def _loads_everywhere(client, bucket_url, tmp_path) -> list:
+    """Every checkpoint object in the bucket, downloaded and loaded; their keys."""
+    bucket = bucket_url.split("://", 1)[1]
+    keys = [k for k in _s3_keys(client, bucket_url) if k.endswith(".pt")]
+    for key in keys:
+        local = tmp_path / "downloaded.pt"
+        client.download_file(bucket, key, str(local))
+        torch.load(local, weights_only=True)
+    return keys
+
+
+@pytest.mark.slow
+def test_sigkill_mid_upload_leaves_no_half_checkpoint_visible(
+    s3, s3_bucket, tmp_path, s3_reference
+):
+    bucket, client = s3_bucket
+    url = f"{bucket}/run"
+    name = bucket.split("://", 1)[1]
+    # Past s3fs's single-request size, so an upload is a multipart one, seen while it runs.
+    config = _s3_config(
+        tmp_path, "run", save_dir=url, probe_dir=str(tmp_path / "p"), ballast_mb=120
+    )
+    process = _start(_s3_env(s3, tmp_path, "one"), "train", f"--config={config}")
+    import os
+    import signal
+
+    try:
+        deadline = time.monotonic() + TIMEOUT
+        while not client.list_multipart_uploads(Bucket=name).get("Uploads"):
+            assert process.poll() is None, "the run ended before an upload was seen"
+            assert time.monotonic() < deadline, "no upload was seen"
+            time.sleep(0.005)
+        uploading = client.list_multipart_uploads(Bucket=name)["Uploads"][0]["Key"]
+    finally:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait(timeout=TIMEOUT)
+    visible = _loads_everywhere(client, bucket, tmp_path)
+    assert uploading not in visible
+    done = _cli(
+        _s3_env(s3, tmp_path, "two"), "train", f"--config={config}", "--override=resume=True"
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert _identical(_final_weights(tmp_path / "p"), s3_reference)
+
+
+# What a client does when the endpoint stops answering: a second to connect or read, one try
+# of its own (ours are ATTEMPTS), so that the bound comes within a test's patience.
+_IMPATIENT = json.dumps(
+    {"config_kwargs": {"connect_timeout": 1, "read_timeout": 1, "retries": {"max_attempts": 1}}}
+)
+
+
+def _secrets_absent(*texts) -> bool:
+    from tests.s3_server import SECRET_KEY, SESSION_TOKEN
+
+    return not any(secret in text for text in texts for secret in (SECRET_KEY, SESSION_TOKEN))
+
+
+def test_the_secret_check_finds_a_printed_secret(s3):
+    shown = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.environ['AWS_SECRET_ACCESS_KEY'])"],
+        capture_output=True,
+        text=True,
+        env=child_env(**s3.env()),
+    )
+    assert not _secrets_absent(shown.stdout)
+
+
+@pytest.mark.slow
+def test_an_endpoint_that_stops_answering_ends_the_run_with_what_to_run_and_no_secret(
+    s3, s3_bucket, tmp_path, s3_reference
+):
+    import os
+    import signal
+
+    bucket, client = s3_bucket
+    url = f"{bucket}/run"
+    config = _s3_config(
+        tmp_path, "run", save_dir=url, probe_dir=str(tmp_path / "p"), iter_sleep_s=0.2
+    )
+    env = _s3_env(s3, tmp_path, "one", FSSPEC_S3=_IMPATIENT, GATLE_IGNITE_STORAGE_TIMEOUT="5")
+    process = _start(env, "train", f"--config={config}")
+    try:
+        _until(process, "TRAIN epoch 1: 2/4")
+        os.kill(s3.process.pid, signal.SIGSTOP)
+        output = process.communicate(timeout=TIMEOUT)[0]
+    finally:
+        os.kill(s3.process.pid, signal.SIGCONT)
+    assert process.returncode == 1, output[-3000:]
+    assert "storage error:" in output and "did not answer" in output, output[-3000:]
+    assert "is safe on this machine, in " in output
+    assert f"python -m gatle_ignite.run.storage {tmp_path / 'cache_one' / 'staging'}" in output
+    records = [p.read_text() for p in (tmp_path / "cache_one").rglob("*.json")]
+    assert _secrets_absent(output, *records)
+    # The endpoint answers again: the command it gave publishes the checkpoint it kept.
+    command = next(line for line in output.splitlines() if "python -m gatle_ignite" in line)
+    words = command.split("python -m gatle_ignite.run.storage ", 1)[1].split()
+    published = subprocess.run(
+        [sys.executable, "-m", "gatle_ignite.run.storage", *words],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=TIMEOUT,
+    )
+    assert published.returncode == 0, published.stdout + published.stderr
+    assert "PUBLISHED" in published.stdout
+    done = _cli(
+        _s3_env(s3, tmp_path, "two"), "train", f"--config={config}", "--override=resume=True"
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert _identical(_final_weights(tmp_path / "p"), s3_reference)
+    assert _secrets_absent(done.stdout, done.stderr)

@@ -47,12 +47,23 @@ OBJECT_STORES = frozenset({"s3", "s3a", "gs", "gcs", "az", "abfs", "abfss", "oci
 # Each storage call is tried this often, BACKOFF seconds apart and then twice that; the
 # fsspec client retries its own transient errors (throttling included) within each try.
 ATTEMPTS, BACKOFF = 3, 1.0
+# A try that has not returned after this many seconds (GATLE_IGNITE_STORAGE_TIMEOUT), plus one
+# second per MIN_RATE bytes it sends, has failed: a client can wait on a stalled endpoint for
+# good (aiohttp waits for S3's "100 Continue" without a timeout).
+TIMEOUT_VAR, TIMEOUT_SECONDS, MIN_RATE = "GATLE_IGNITE_STORAGE_TIMEOUT", 120.0, 2**20
 # The local record of which version of each fetched or published object a file holds.
 _TAGS_FILE = ".gatle-tags.json"
 # Memory stores live in this process: one lock makes their conditional writes atomic.
 _MEMORY_LOCK = threading.Lock()
 # On a store without conditional writes, a lease written is read back after this long.
 VERIFY_SECONDS = 2.0
+
+
+def _seconds() -> float:
+    try:
+        return max(float(os.environ.get(TIMEOUT_VAR, TIMEOUT_SECONDS)), 1.0)
+    except ValueError:
+        return TIMEOUT_SECONDS
 
 
 def _missing_extra(protocol: str, error: Exception) -> ConfigError:
@@ -108,14 +119,25 @@ class RemotePlace(Place):
 
     # ---- calls, retried ----
 
-    def call(self, what: str, function: Callable, *args, **kwargs):
-        """``function(*args)``, tried ATTEMPTS times; a missing object is the caller's to
-        handle, anything else ends in a StorageError naming ``what`` failed."""
+    def call(self, what: str, function: Callable, *args, size: int = 0, **kwargs):
+        """``function(*args)``, tried ATTEMPTS times, each within its time (``size``: the bytes
+        it sends); a missing object is the caller's to handle, anything else ends in a
+        StorageError naming ``what`` failed."""
+        if getattr(self.fs, "async_impl", False):
+            # fsspec's blocking wrappers of an async client take the limit themselves.
+            kwargs["timeout"] = _seconds() + size / MIN_RATE
         for attempt in range(ATTEMPTS):
             try:
                 return function(*args, **kwargs)
             except (FileNotFoundError, FileExistsError):
                 raise
+            except (TypeError, AttributeError) as error:
+                # Not the store's answer: its client was given options it does not take.
+                raise ConfigError(
+                    f"the client of {self.url} cannot {what}: {_reason(error)}.\n"
+                    f"  Check the options given to it (FSSPEC_{self.protocol.upper()}_* "
+                    f"environment variables)."
+                ) from None
             except PermissionError as error:
                 raise StorageError(
                     f"{self.url} refused to {what}: {_reason(error)}.\n"
@@ -182,16 +204,15 @@ class RemotePlace(Place):
 
     def tag(self, name: str) -> Optional[str]:
         """What identifies the object's current version (its ETag, else size and time)."""
+        info = self._info(name)
+        return _tag_of(info) if info is not None else None
+
+    def _info(self, name: str) -> Optional[dict]:
         self._fresh()
         try:
-            info = self.call(f"look at {name}", self.fs.info, self.key(name))
+            return self.call(f"look at {name}", self.fs.info, self.key(name))
         except FileNotFoundError:
             return None
-        for field in ("ETag", "etag", "md5Hash", "generation"):
-            if info.get(field):
-                return str(info[field])
-        stamp = info.get("LastModified") or info.get("mtime") or info.get("created")
-        return f"{info.get('size')}:{stamp}"
 
     def readable(self, name: str):
         if name.endswith(".dcp"):
@@ -202,16 +223,23 @@ class RemotePlace(Place):
         """The local copy of ``name``, downloaded unless the one there is that version; a
         name gone from the store gives a path that does not exist."""
         local = self.path / name
-        tag = self.tag(name)
-        if tag is None:
+        info = self._info(name)
+        if info is None:
             return local
+        tag = _tag_of(info)
         tags = self._tags()
         if local.is_file() and tags.get(name) == tag:
             return local
         self.path.mkdir(parents=True, exist_ok=True)
         staging = staging_path(local, uuid.uuid4().hex[:8])
         try:
-            self.call(f"download {name}", self.fs.get_file, self.key(name), str(staging))
+            self.call(
+                f"download {name}",
+                self.fs.get_file,
+                self.key(name),
+                str(staging),
+                size=info.get("size") or 0,
+            )
             os.replace(staging, local)
         except FileNotFoundError:
             return local
@@ -228,9 +256,14 @@ class RemotePlace(Place):
             self.guard()
             if same_as is not None and self._tags().get(same_as) == self.tag(same_as):
                 # The same bytes are there already: the store copies them, nothing is sent.
-                self._atomically(name, lambda key: self.fs.copy(self.key(same_as), key))
+                source = self.key(same_as)
+                self._atomically(name, lambda key, **kw: self.fs.copy(source, key, **kw))
             else:
-                self._atomically(name, lambda key: self.fs.put_file(str(local), key))
+                self._atomically(
+                    name,
+                    lambda key, **kw: self.fs.put_file(str(local), key, **kw),
+                    size=local.stat().st_size,
+                )
             self._remember(name, self.tag(name))
         except StorageError as error:
             raise StorageError(
@@ -242,16 +275,16 @@ class RemotePlace(Place):
 
     def publish_bytes(self, name: str, data: bytes) -> None:
         self.guard()
-        self._atomically(name, lambda key: self.fs.pipe_file(key, data))
+        self._atomically(name, lambda key, **kw: self.fs.pipe_file(key, data, **kw), size=len(data))
 
-    def _atomically(self, name: str, write: Callable) -> None:
-        """``write(key)`` so that ``name`` appears whole or not at all."""
+    def _atomically(self, name: str, write: Callable, size: int = 0) -> None:
+        """``write(key, **limits)`` so that ``name`` appears whole or not at all."""
         if self.protocol in OBJECT_STORES:
-            self.call(f"upload {name}", write, self.key(name))
+            self.call(f"upload {name}", write, self.key(name), size=size)
             return
         staged = self.key(staging_path(Path(name), uuid.uuid4().hex[:8]).name)
         try:
-            self.call(f"upload {name}", write, staged)
+            self.call(f"upload {name}", write, staged, size=size)
             self.call(f"move {name} into place", self.fs.mv, staged, self.key(name))
         finally:
             with contextlib.suppress(Exception):
@@ -284,7 +317,7 @@ class RemotePlace(Place):
                 if self._published_logs.get(relative) == stamp:
                     continue
                 key = f"{self.root}/{relative}"
-                self.call(f"upload {relative}", self.fs.put_file, str(file), key)
+                self.call(f"upload {relative}", self.fs.put_file, str(file), key, size=stat.st_size)
                 self._published_logs[relative] = stamp
 
     def pull_records(self) -> None:
@@ -465,6 +498,14 @@ def _read(path: Path) -> Optional[bytes]:
         return path.read_bytes()
     except (FileNotFoundError, IsADirectoryError):
         return None
+
+
+def _tag_of(info: dict) -> str:
+    for field in ("ETag", "etag", "md5Hash", "generation"):
+        if info.get(field):
+            return str(info[field])
+    stamp = info.get("LastModified") or info.get("mtime") or info.get("created")
+    return f"{info.get('size')}:{stamp}"
 
 
 def _run_of(data: Optional[bytes]) -> Optional[dict]:
