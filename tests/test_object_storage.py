@@ -470,3 +470,46 @@ def test_an_endpoint_that_stops_answering_ends_the_run_with_what_to_run_and_no_s
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert _identical(_final_weights(tmp_path / "p"), s3_reference)
     assert _secrets_absent(done.stdout, done.stderr)
+
+
+@pytest.mark.slow
+def test_fsdp_on_two_ranks_to_s3_resumes_there_and_consolidates_from_and_to_the_url(
+    s3, s3_bucket, tmp_path
+):
+    bucket, client = s3_bucket
+    url = f"{bucket}/run"
+    fields = {
+        "strategy": "fsdp",
+        "fsdp_params": {"wrap": ["Linear"]},
+        "train_ds_params": {"n": 64, "bs": 16, "shuffle": True},
+        "save_dir": url,
+        "probe_dir": str(tmp_path / "p"),
+    }
+    two = [
+        "--override=nproc_per_node=2",
+        "--override=dist_backend='gloo'",
+        "--override=auto_model_params.sync_bn=False",
+    ]
+    config = _s3_config(tmp_path, "run", **fields, fault_sigterm_rank=1, fault_sigterm_at=6)
+    env = _s3_env(s3, tmp_path, "one")
+    done = _cli(env, "train", f"--config={config}", *two)
+    assert done.returncode == 75, done.stdout[-3000:] + done.stderr[-3000:]
+    keys = _s3_keys(client, bucket)
+    assert "run/latest_iter_checkpoint_6.dcp/.metadata" in keys
+    assert not [k for k in keys if ".partial-" in k]
+    done = _cli(
+        _s3_env(s3, tmp_path, "two"), "train", f"--config={config}", *two, "--override=resume=True"
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert f"RESUMING FROM: {url}/latest_iter_checkpoint_6.dcp" in done.stdout
+    shards = [
+        k for k in _s3_keys(client, bucket) if k.startswith("run/latest_epoch_checkpoint_3.dcp/")
+    ]
+    assert len([k for k in shards if k.endswith(".distcp")]) == 2
+    whole = f"{bucket}/consolidated/whole.pt"
+    merged = _cli(env, "consolidate", f"{url}/latest_epoch_checkpoint_3.dcp", whole)
+    assert merged.returncode == 0, merged.stdout + merged.stderr
+    local = tmp_path / "whole.pt"
+    client.download_file(bucket.split("://", 1)[1], "consolidated/whole.pt", str(local))
+    model = torch.load(local, weights_only=True)["model"]
+    assert _identical(model, _final_weights(tmp_path / "p"))

@@ -114,6 +114,9 @@ def load_checkpoint_file(path, map_location="cpu", mmap: bool = False):
     A sharded ``.dcp`` directory is checked (its metadata read, its shards present) and
     returned as a :class:`~gatle_ignite.run.sharded.ShardedCheckpoint`, loaded on ``restore``.
     """
+    if isinstance(path, str) and "://" in path:
+        # A sharded checkpoint at a URL, read in place by every rank.
+        return _open_sharded(path)
     path = Path(path)
     if path.is_dir():
         return _open_sharded(path)
@@ -164,18 +167,36 @@ def _open_sharded(path: Path):
     try:
         return ShardedCheckpoint(path)
     except pickle.UnpicklingError as error:
-        metadata = path / ".metadata"
-        with open(metadata, "rb") as stream:
+        metadata = f"{path}/.metadata"
+        with _open_any(metadata) as stream:
             whole = _pickle_parses(stream, 1)
         if "GLOBAL" in str(error) and whole:
             raise _refusal(metadata, error) from error
         raise UnreadableCheckpoint(path, "its metadata is damaged") from error
     except FileNotFoundError as error:
-        if not path.exists():
+        if not _exists_any(path):
             raise VanishedCheckpoint(path) from error
         raise UnreadableCheckpoint(path, f"an incomplete sharded checkpoint ({error})") from error
     except (OSError, EOFError, ValueError, AttributeError, TypeError) as error:
         raise UnreadableCheckpoint(path, f"damaged ({type(error).__name__}: {error})") from error
+
+
+def _open_any(path: str):
+    if "://" in path:
+        from gatle_ignite.run.storage import place_of
+
+        folder, name = path.rsplit("/", 1)
+        return place_of(folder).fs.open(f"{place_of(folder).key(name)}", "rb")
+    return open(path, "rb")
+
+
+def _exists_any(path) -> bool:
+    if isinstance(path, str) and "://" in path:
+        from gatle_ignite.run.storage import place_of
+
+        folder, name = path.rsplit("/", 1)
+        return place_of(folder).exists(name)
+    return Path(path).exists()
 
 
 def restore(objects: dict, state, strict: bool = True) -> None:

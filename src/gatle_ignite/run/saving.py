@@ -116,8 +116,11 @@ class RunSaver(DiskSaver):
         if self._writes is not None:
             self._writes.wait()
         path = Path(self.dirname) / filename
-        if path.suffix == ".dcp":
-            finish = self._save_sharded(checkpoint, path)
+        sharded = path.suffix == ".dcp"
+        if sharded:
+            # At a URL every rank writes its shard there itself: nothing is left to publish.
+            target = self._place.shown(filename) if self._place.remote else path
+            finish = self._save_sharded(checkpoint, target)
         elif idist.get_rank() == self.save_on_rank:
             finish = self._save_file(checkpoint, path)
         else:
@@ -130,7 +133,8 @@ class RunSaver(DiskSaver):
         def job() -> None:
             finish()
             if lead:
-                self._place.publish(filename, same_as=same_as)
+                if not sharded:
+                    self._place.publish(filename, same_as=same_as)
                 self._on_saved(filename, metadata or {}, removed)
                 for name in removed:
                     self._place.remove(name)
@@ -158,7 +162,7 @@ class RunSaver(DiskSaver):
 
         return finish
 
-    def _save_sharded(self, checkpoint, path: Path) -> Callable:
+    def _save_sharded(self, checkpoint, path) -> Callable:
         future = save_sharded(checkpoint, path, self._process_group, writes=self._writes)
 
         def finish() -> None:

@@ -28,6 +28,7 @@ from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 
 from gatle_ignite.run.host_memory import host_copy
 from gatle_ignite.run.layout import staging_path
+from gatle_ignite.run.storage import is_url, place_of, sharded_io
 
 __all__ = ["ShardedCheckpoint", "finish_sharded", "save_sharded", "staging_for"]
 
@@ -85,14 +86,27 @@ class _MetadataUnpickler(pickle.Unpickler):
             raise pickle.UnpicklingError(f"Unsupported global: GLOBAL {module}.{name}") from None
 
 
-class _SafeReader(FileSystemReader):
+class _SafeMetadata:
+    """DCP's reader, its ``.metadata`` read by the unpickler above."""
+
     def read_metadata(self, *args, **kwargs):
-        path = Path(self.path) / ".metadata"
-        with open(path, "rb") as handle:
+        path = self.fs.concat_path(self.path, ".metadata")
+        with self.fs.create_stream(path, "rb") as handle:
             metadata = _MetadataUnpickler(handle).load()
         if hasattr(metadata, "storage_meta") and metadata.storage_meta is not None:
             metadata.storage_meta.load_id = self.load_id
         return metadata
+
+
+class _SafeReader(_SafeMetadata, FileSystemReader):
+    pass
+
+
+def _reader(path):
+    """The safe reader of a local directory, or of a URL through DCP's fsspec reader."""
+    if not is_url(path):
+        return _SafeReader(path)
+    return type("_SafeFsspecReader", (_SafeMetadata, sharded_io().reader), {})(path)
 
 
 class _SafePlanner(DefaultLoadPlanner):
@@ -176,8 +190,11 @@ def _distributed() -> bool:
     return dist.is_available() and dist.is_initialized()
 
 
-def staging_for(path: Path) -> Path:
-    """The one staging name every rank agrees on for ``path``."""
+def staging_for(path):
+    """The one staging name every rank agrees on for ``path`` (a directory, or a URL)."""
+    if is_url(path):
+        folder, name = path.rsplit("/", 1)
+        return f"{folder}/{staging_path(Path(name), 'dcp').name}"
     return staging_path(path, "dcp")
 
 
@@ -191,19 +208,34 @@ def save_sharded(state: dict, path: Path, process_group=None, writes=None):
     staging = staging_for(path)
     distributed = _distributed()
     if not distributed or dist.get_rank() == 0:
-        shutil.rmtree(staging, ignore_errors=True)
+        _remove_tree(staging)
     if distributed:
         dist.barrier()
     options = {"checkpoint_id": staging, "process_group": process_group, "no_dist": not distributed}
+    if is_url(staging):
+        # Every rank writes its shard to the store itself; the coordinator the metadata last.
+        options["storage_writer"] = sharded_io().writer(staging)
     if writes is None:
         dcp.save(state, **options)
         return None
     return dcp.async_save(state, async_stager=_HostStager(writes), **options)
 
 
-def finish_sharded(path: Path) -> None:
+def _remove_tree(path) -> None:
+    if is_url(path):
+        folder, name = path.rsplit("/", 1)
+        place_of(folder).remove(name)
+    else:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def finish_sharded(path) -> None:
     """On rank 0, once DCP wrote the metadata: move the staging directory into place."""
     staging = staging_for(path)
+    if is_url(path):
+        folder, name = path.rsplit("/", 1)
+        place_of(folder).move_directory(staging.rsplit("/", 1)[1], name)
+        return
     if path.exists():
         # A name written again (a resumed epoch): the old directory steps aside first.
         old = staging_path(path, "replaced")
@@ -219,8 +251,10 @@ class ShardedCheckpoint:
     """A ``.dcp`` directory, read lazily: validated now, loaded into objects on ``restore``."""
 
     def __init__(self, path):
-        self.path = Path(path)
-        self.metadata = _SafeReader(self.path).read_metadata()
+        # A URL stays text: a Path would collapse its '//'.
+        self.path = path if is_url(path) else Path(path)
+        self._reader = _reader(self.path)
+        self.metadata = self._reader.read_metadata()
         self._top = {
             (self.metadata.planner_data or {}).get(fqn, (fqn,))[0]
             for fqn in self.metadata.state_dict_metadata
@@ -231,7 +265,8 @@ class ShardedCheckpoint:
 
     def _missing_shards(self) -> list:
         names = {info.relative_path for info in (self.metadata.storage_data or {}).values()}
-        return sorted(name for name in names if not (self.path / name).is_file())
+        fs = self._reader.fs
+        return sorted(n for n in names if not fs.exists(fs.concat_path(self.path, n)))
 
     def __contains__(self, key) -> bool:
         return key in self._top
@@ -271,7 +306,7 @@ class ShardedCheckpoint:
         dcp.load(
             template,
             checkpoint_id=self.path,
-            storage_reader=_SafeReader(self.path),
+            storage_reader=_reader(self.path),
             planner=_SafePlanner(),
             no_dist=no_dist or not _distributed(),
         )

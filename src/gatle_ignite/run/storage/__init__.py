@@ -22,6 +22,7 @@ __all__ = [
     "is_url",
     "local_dir",
     "place_of",
+    "sharded_io",
     "shown_in",
     "staging_dir",
 ]
@@ -78,6 +79,14 @@ def holder_of(place: Place):
     from gatle_ignite.run.lock import holder
 
     return holder(place.path)
+
+
+def sharded_io():
+    """DCP's fsspec writer and reader classes (``.writer``, ``.reader``), for a sharded
+    checkpoint at a URL."""
+    from gatle_ignite.run.storage.remote import sharded_io as classes
+
+    return classes()
 
 
 def place_of(save_dir, local=None) -> Place:

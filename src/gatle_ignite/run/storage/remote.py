@@ -17,6 +17,7 @@ import threading
 import time
 import uuid
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Callable, Optional
 
 from gatle_ignite.dispatch import ConfigError
@@ -34,7 +35,7 @@ from gatle_ignite.run.layout import (
 )
 from gatle_ignite.run.storage.place import Place, StorageError
 
-__all__ = ["ATTEMPTS", "OBJECT_STORES", "RemotePlace", "upload_command"]
+__all__ = ["ATTEMPTS", "OBJECT_STORES", "RemotePlace", "sharded_io", "upload_command"]
 
 try:
     import fsspec
@@ -57,6 +58,16 @@ _TAGS_FILE = ".gatle-tags.json"
 _MEMORY_LOCK = threading.Lock()
 # On a store without conditional writes, a lease written is read back after this long.
 VERIFY_SECONDS = 2.0
+
+
+def sharded_io() -> SimpleNamespace:
+    """DCP's fsspec writer and reader, through which every rank writes and reads its own
+    shards of a sharded checkpoint at a URL."""
+    if fsspec is None:
+        raise _missing_extra("the", ImportError("no module named 'fsspec'"))
+    from torch.distributed.checkpoint._fsspec_filesystem import FsspecReader, FsspecWriter
+
+    return SimpleNamespace(writer=FsspecWriter, reader=FsspecReader)
 
 
 def _seconds() -> float:
@@ -376,6 +387,23 @@ class RemotePlace(Place):
         for name in self.entries():
             if is_staged_name(name):
                 self.remove(name)
+
+    def move_directory(self, staged: str, name: str) -> None:
+        """Put the sharded checkpoint written under ``staged`` in place as ``name``: a reader
+        finds its ``.metadata`` only once every shard is there. A directory of that name
+        already there goes first, its metadata before the rest."""
+        self.guard()
+        self._fresh()
+        source = self.key(staged)
+        files = self.call(f"list {staged}", self.fs.find, source)
+        with contextlib.suppress(FileNotFoundError):
+            self.call(f"delete {name}", self.fs.rm, f"{self.key(name)}/.metadata")
+        self.remove(name)
+        last = [f for f in files if f.endswith("/.metadata")]
+        for file in [f for f in files if f not in last] + last:
+            target = self.key(name) + file[len(source) :]
+            self.call(f"move {name}", self.fs.copy, file, target)
+        self.remove(staged)
 
     def remove(self, name: str) -> None:
         """Delete ``name`` here and at the URL (a sharded checkpoint: every object under it)."""
