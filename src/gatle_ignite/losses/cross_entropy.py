@@ -6,14 +6,11 @@ against ``(B,)`` and torch's ``(B, C, H, W)`` against ``(B, H, W)`` as usual. Ta
 logits' own shape are class probabilities, in torch's layout.
 """
 
-from typing import Any
-
 import torch
 from torch import nn
 
 from gatle_ignite.losses.layout import class_dim, shape_mismatch
-from gatle_ignite.losses.reading import Name
-from gatle_ignite.losses.term import Term, as_tensors
+from gatle_ignite.losses.term import TorchTerm
 
 __all__ = ["KWARGS_GO_TO", "Loss"]
 
@@ -21,18 +18,14 @@ __all__ = ["KWARGS_GO_TO", "Loss"]
 KWARGS_GO_TO = ((nn.CrossEntropyLoss, ()),)
 
 
-class Loss(Term):
+class Loss(TorchTerm):
     """``nn.CrossEntropyLoss(**kwargs)`` of ``y_pred[src_name]`` against ``target[tgt_name]``.
 
     ``ignore_index`` (default -100) leaves those target positions out of the mean;
     ``label_smoothing`` and a per-class ``weight`` (a list) are torch's.
     """
 
-    def __init__(
-        self, src_name: Name = "logits", tgt_name: Name = ("targets", "labels"), **kwargs: Any
-    ) -> None:
-        super().__init__(src_name, tgt_name)
-        self.loss = nn.CrossEntropyLoss(**as_tensors(kwargs))
+    torch_loss = nn.CrossEntropyLoss
 
     def compute(self, prediction: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         if prediction.shape == target.shape:

@@ -14,6 +14,12 @@ from gatle_ignite.losses.reading import Name, read_prediction
 
 __all__ = ["Loss"]
 
+_NO_LOSS = (
+    "  model_loss reads the loss the model computed itself, which a transformers model does "
+    "only when it is given its labels: add them to prep_batch's model_input (e.g. "
+    '"labels": input_ids), or name the output that holds the loss in src_name.'
+)
+
 
 class Loss(nn.Module):
     """``y_pred[src_name]``: the scalar loss the model's forward returned."""
@@ -30,10 +36,3 @@ class Loss(nn.Module):
         if loss is None:
             raise ConfigError(f"the model's output holds {self.src_name!r} = None.\n{_NO_LOSS}")
         return loss
-
-
-_NO_LOSS = (
-    "  model_loss reads the loss the model computed itself, which a transformers model does "
-    "only when it is given its labels: add them to prep_batch's model_input (e.g. "
-    '"labels": input_ids), or name the output that holds the loss in src_name.'
-)

@@ -13,7 +13,7 @@ from torch import nn
 from gatle_ignite.losses.layout import same_shape
 from gatle_ignite.losses.reading import Name, read_prediction, read_target
 
-__all__ = ["ElementwiseTerm", "Term", "as_tensors"]
+__all__ = ["ElementwiseTerm", "Term", "TorchTerm", "as_tensors"]
 
 # Keyword arguments of torch's losses that must be tensors, and that a config gives as lists.
 _TENSOR_KWARGS = ("weight", "pos_weight")
@@ -44,15 +44,10 @@ class Term(nn.Module):
         raise NotImplementedError
 
 
-class ElementwiseTerm(Term):
-    """A torch loss comparing a prediction with a target of its shape, element by element.
+class TorchTerm(Term):
+    """A term applying ``torch_loss(**kwargs)``, the keyword arguments the config's."""
 
-    A prediction of shape ``(B, 1)`` against ``(B,)`` targets is compared as ``(B,)``; any other
-    difference of shapes is refused rather than broadcast. The target takes the prediction's
-    dtype, so integer labels work as they are.
-    """
-
-    # The torch loss class; its keyword arguments come from the config.
+    # The torch loss class.
     torch_loss: type = nn.Module
 
     def __init__(
@@ -60,6 +55,15 @@ class ElementwiseTerm(Term):
     ) -> None:
         super().__init__(src_name, tgt_name)
         self.loss = self.torch_loss(**as_tensors(kwargs))
+
+
+class ElementwiseTerm(TorchTerm):
+    """A torch loss comparing a prediction with a target of its shape, element by element.
+
+    A prediction of shape ``(B, 1)`` against ``(B,)`` targets is compared as ``(B,)``; any other
+    difference of shapes is refused rather than broadcast. The target takes the prediction's
+    dtype, so integer labels work as they are.
+    """
 
     def compute(self, prediction: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         what = f"{type(self).__module__.rsplit('.', 1)[-1]} of {self.src_name!r}"

@@ -1,26 +1,12 @@
 """Mean absolute error over the split: over every element of every prediction, any shape."""
 
-from typing import Any
+from ignite.metrics import MeanAbsoluteError
 
-from ignite.metrics import MeanAbsoluteError, Metric
-
-from gatle_ignite.losses.reading import Name
-from gatle_ignite.metrics.transforms import regressed
+from gatle_ignite.metrics.regression import regression_metric
 
 __all__ = ["KWARGS_GO_TO", "get_metric"]
 
 # Where get_metric's **kwargs go: device.
 KWARGS_GO_TO = ((MeanAbsoluteError, ("output_transform",)),)
 
-
-def get_metric(
-    engine_type: str,
-    info: dict,
-    src_name: Name = "logits",
-    tgt_name: Name = ("targets", "labels"),
-    **kwargs: Any,
-) -> Metric:
-    """ignite's ``MeanAbsoluteError`` of ``y_pred[src_name]`` against a ``target[tgt_name]`` of
-    its shape (a ``(B, 1)`` prediction against ``(B,)`` targets is compared as ``(B,)``)."""
-    transform = regressed(src_name, tgt_name, what="mae")
-    return MeanAbsoluteError(output_transform=transform, **kwargs)
+get_metric = regression_metric(MeanAbsoluteError, __name__)
