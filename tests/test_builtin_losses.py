@@ -183,3 +183,26 @@ def test_a_builtin_named_as_the_criterion_trains_and_logs_the_total_alone(tmp_pa
     assert sorted(k for k in train if "loss" in k) == ["train/loss_avg"]
     valid = trainer.engines["evaluator"].state.metrics
     assert 0.0 < valid["valid/loss"] < math.log(3) and valid["valid/acc"] > 0.5
+
+
+def test_the_builtin_named_directly_trains_exactly_as_the_04_composite_of_an_own_term(tmp_path):
+    """The toy task's config (a composite of its own cross-entropy term and its own accuracy)
+    against the same task said with the built-ins: the same losses, accuracy and weights."""
+    runs = {}
+    for name, fields in {
+        "own": {},
+        "builtin": {
+            "criterion_name": "gatle_ignite.losses.cross_entropy",
+            "criterion_params": {},
+            "val_metrics": {"acc": {"cls_name": "gatle_ignite.metrics.accuracy"}},
+        },
+    }.items():
+        trainer = Trainer(0, toy_config(save_dir=str(tmp_path / name), **fields)).fit()
+        runs[name] = trainer
+    own, builtin = runs["own"], runs["builtin"]
+    assert own.engines["trainer"].state.metrics["train/loss_avg"] == (
+        builtin.engines["trainer"].state.metrics["train/loss_avg"]
+    )
+    assert own.engines["evaluator"].state.metrics == builtin.engines["evaluator"].state.metrics
+    for a, b in zip(own.model.state_dict().values(), builtin.model.state_dict().values()):
+        assert torch.equal(a, b)
