@@ -247,9 +247,9 @@ def _s3_env(s3, tmp_path, machine="one", **extra):
     )
 
 
-def _cli(env, *args, timeout=TIMEOUT):
+def _cli(env, *args, timeout=TIMEOUT, module="gatle_ignite"):
     return subprocess.run(
-        [sys.executable, "-m", "gatle_ignite", *args],
+        [sys.executable, "-m", module, *args],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -454,14 +454,7 @@ def test_an_endpoint_that_stops_answering_ends_the_run_with_what_to_run_and_no_s
     # The endpoint answers again: the command it gave publishes the checkpoint it kept.
     command = next(line for line in output.splitlines() if "python -m gatle_ignite" in line)
     words = command.split("python -m gatle_ignite.run.storage ", 1)[1].split()
-    published = subprocess.run(
-        [sys.executable, "-m", "gatle_ignite.run.storage", *words],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=TIMEOUT,
-    )
+    published = _cli(env, *words, module="gatle_ignite.run.storage")
     assert published.returncode == 0, published.stdout + published.stderr
     assert "PUBLISHED" in published.stdout
     done = _cli(
