@@ -506,3 +506,30 @@ def test_fsdp_on_two_ranks_to_s3_resumes_there_and_consolidates_from_and_to_the_
     client.download_file(bucket.split("://", 1)[1], "consolidated/whole.pt", str(local))
     model = torch.load(local, weights_only=True)["model"]
     assert _identical(model, _final_weights(tmp_path / "p"))
+
+
+@pytest.mark.slow
+def test_a_sweep_with_its_dir_on_s3_continues_on_another_machine(s3, s3_bucket, tmp_path):
+    pytest.importorskip("optuna", reason="the sweep extra is not installed")
+    bucket, client = s3_bucket
+    sweep = f"{bucket}/sweep"
+    config = _s3_config(tmp_path, "toy", save_dir=str(tmp_path / "by_hand"), max_epochs=1)
+    args = [
+        "sweep",
+        f"--config={config}",
+        "--dir",
+        sweep,
+        "--param=optimizer_params.lr=[0.01, 0.05]",
+    ]
+    done = _cli(_s3_env(s3, tmp_path, "one"), *args, "--trials=2")
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    keys = _s3_keys(client, bucket)
+    assert {"sweep/sweep.json", "sweep/study.journal"} <= set(keys)
+    assert {"sweep/trial_0000/run.json", "sweep/trial_0001/run.json"} <= set(keys)
+    # Another machine: no staging directory; the record and the journal come from the bucket.
+    done = _cli(_s3_env(s3, tmp_path, "two"), *args, "--trials=3")
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "trial 2 started" in done.stdout and "trial 0 started" not in done.stdout
+    runs = _cli(_s3_env(s3, tmp_path, "two"), "runs", sweep, "--csv")
+    assert runs.returncode == 0, runs.stderr[-2000:]
+    assert len([line for line in runs.stdout.splitlines()[1:] if line.strip()]) == 3

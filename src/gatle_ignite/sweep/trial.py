@@ -14,6 +14,7 @@ from typing import Optional
 
 from gatle_ignite.redaction import redact_argv
 from gatle_ignite.run.manifest import Manifest
+from gatle_ignite.run.storage import is_url, place_of
 from gatle_ignite.trainer.preemption import EXIT_PREEMPTED
 
 __all__ = [
@@ -36,7 +37,10 @@ def trial_name(number: int) -> str:
     return f"{TRIAL_PREFIX}{number:04d}"
 
 
-def trial_dir(sweep_dir, number: int) -> Path:
+def trial_dir(sweep_dir, number: int):
+    """A trial's save_dir: a Path, or below a URL sweep directory a URL."""
+    if is_url(sweep_dir):
+        return f"{sweep_dir.rstrip('/')}/{trial_name(number)}"
     return Path(sweep_dir) / trial_name(number)
 
 
@@ -117,8 +121,10 @@ def outcome_of(exit_code: int, save_dir, output_tail: list) -> Outcome:
 
 
 def _manifest(save_dir) -> Optional[Manifest]:
+    place = place_of(save_dir)
     try:
-        return Manifest.read(save_dir)
+        place.pull_records()
+        return Manifest.read(place.path)
     except (ValueError, TypeError):
         return None
 
