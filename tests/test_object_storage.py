@@ -533,3 +533,25 @@ def test_a_sweep_with_its_dir_on_s3_continues_on_another_machine(s3, s3_bucket, 
     runs = _cli(_s3_env(s3, tmp_path, "two"), "runs", sweep, "--csv")
     assert runs.returncode == 0, runs.stderr[-2000:]
     assert len([line for line in runs.stdout.splitlines()[1:] if line.strip()]) == 3
+
+
+def test_a_store_without_conditional_writes_gets_a_lease_written_then_read_back(
+    tmp_path, monkeypatch
+):
+    from gatle_ignite.run.storage import remote
+
+    monkeypatch.setattr(remote, "VERIFY_SECONDS", 0.1)
+    url = f"file://{tmp_path / 'store' / 'run'}"
+    place = place_of(url, local=staging_dir(url))
+    assert not place.conditional
+    tag = place.create("run.lease", b"first")
+    assert tag is not None and place.create("run.lease", b"second") is None
+    assert place.replace("run.lease", b"third", "not its version") is None
+    assert place.replace("run.lease", b"third", tag) is not None
+    assert place.read_bytes("run.lease") == b"third"
+    place.fs.rm(place.key("run.lease"))
+    with pytest.warns(UserWarning, match="does not write on a condition"):
+        lease = Lease(place)
+        lease.acquire()
+    assert lease_holder(place)["holder"] == lease.token
+    lease.release()

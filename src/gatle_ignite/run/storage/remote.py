@@ -293,6 +293,8 @@ class RemotePlace(Place):
         if self.protocol in OBJECT_STORES:
             self.call(f"upload {name}", write, self.key(name), size=size)
             return
+        # A file system (not an object store) needs the prefix's directory made first.
+        self.call("make its directory", self.fs.makedirs, self.root, exist_ok=True)
         staged = self.key(staging_path(Path(name), uuid.uuid4().hex[:8]).name)
         try:
             self.call(f"upload {name}", write, staged, size=size)
