@@ -331,30 +331,30 @@ def test_on_s3_sigterm_exits_75_and_another_machine_resumes_bit_identical(
 
 @pytest.mark.slow
 def test_two_writers_on_one_prefix_the_second_is_refused(s3, s3_bucket, tmp_path):
+    import os
+    import signal
+
     bucket, _client = s3_bucket
     url = f"{bucket}/run"
+    # Slow enough that the first is still training while the second starts and is refused.
     config = _s3_config(
-        tmp_path, "slow", save_dir=url, probe_dir=str(tmp_path / "p"), iter_sleep_s=0.5
+        tmp_path, "slow", save_dir=url, probe_dir=str(tmp_path / "p"), iter_sleep_s=5.0
     )
+    resume = ["--override=resume=True"]
     first = _start(_s3_env(s3, tmp_path, "one"), "train", f"--config={config}")
     try:
         _until(first, " TRAIN epoch ")
-        second = _cli(
-            _s3_env(s3, tmp_path, "two"), "train", f"--config={config}", "--override=resume=True"
-        )
+        second = _cli(_s3_env(s3, tmp_path, "two"), "train", f"--config={config}", *resume)
         assert second.returncode == 2, second.stdout[-2000:] + second.stderr[-2000:]
         assert f"{url} is in use by another gatle-ignite process (pid {first.pid}" in second.stderr
     finally:
-        import os
-        import signal
-
         os.killpg(first.pid, signal.SIGKILL)
         first.wait(timeout=TIMEOUT)
-    # Killed without a word, its lease runs out and the next writer takes the run over.
-    third = _cli(
-        _s3_env(s3, tmp_path, "two"), "train", f"--config={config}", "--override=resume=True"
-    )
+    # Killed without a word: its lease (of a process gone from this host) is taken over at once.
+    fast = ["--override=iter_sleep_s=0.0", "--override=accept_changes=['iter_sleep_s']"]
+    third = _cli(_s3_env(s3, tmp_path, "two"), "train", f"--config={config}", *resume, *fast)
     assert third.returncode == 0, third.stdout[-2000:] + third.stderr[-2000:]
+    assert "RUN COMPLETED" in third.stdout
 
 
 def _loads_everywhere(client, bucket_url, tmp_path) -> list:
