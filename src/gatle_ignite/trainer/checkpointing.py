@@ -272,9 +272,9 @@ def _attach_best(trainer, spec, score_name, score_factor, handlers) -> None:
             score_function=score_function(score_name, score_factor),
             score_name=None,
             global_step_transform=global_step_from_engine(trainer_engine),
-            # A tie keeps the earlier file: only a strictly better score is an improvement,
-            # as early stopping counts it.
-            greater_or_equal=False,
+            # 0.4's rule, which projects rely on: a tie moves the file to the newest epoch.
+            # Early stopping still counts a tie as no improvement.
+            greater_or_equal=True,
         )
 
     def check_then_save(engine):
