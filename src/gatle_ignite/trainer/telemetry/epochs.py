@@ -195,9 +195,9 @@ class Telemetry:
         if memory is not None:
             record["perf/peak_memory_mb"] = memory
         record.update(self._throughput(iterations, train, first=engine.state.epoch == 1))
-        logger = self.trainer.logger
-        if logger is not None:
-            logger.log(record, step=engine.state.iteration, epoch=engine.state.epoch)
+        self.trainer._tell_logger(
+            "log", record, step=engine.state.iteration, epoch=engine.state.epoch
+        )
 
     def _largest_over_ranks(self, share: float) -> tuple:
         memory = peak_memory_mb(self.trainer.device)
