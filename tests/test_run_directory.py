@@ -14,10 +14,12 @@ import signal
 import subprocess
 import sys
 import time
+import warnings
 from pathlib import Path
 
 import pytest
 import torch
+from ignite.engine import Events
 
 from gatle_ignite.cli.main import main
 from gatle_ignite.config.loader import load_config_from_file
@@ -195,16 +197,28 @@ def _scripted(config, **fields):
     return ToyTrainer(0, cfg)
 
 
-def test_setup_on_a_finished_runs_config_touches_nothing_and_fit_still_refuses(tmp_path, cli):
+def test_a_scripts_fresh_run_trains_beside_a_finished_run_and_records_nothing_there(tmp_path, cli):
+    # 0.4's teacher_student verify script, unchanged: fit() with a shorter max_epochs in the
+    # save_dir of the run it checks, after setup() and a handler of its own. A script cannot
+    # pass --override; the command still refuses such a run (the test above).
     config = _config(tmp_path)
     assert cli("train", config)[0] == 0
     before = _snapshot(tmp_path / "toy")
-    task = _scripted(config).setup()
-    assert task.model is not None and task._latest is not None
+    task = _scripted(config, max_epochs=1).setup()
+    assert task.model is not None
     assert _snapshot(tmp_path / "toy") == before
-    with pytest.raises(ConfigError, match="already holds run 'toy'"):
+    trained = []
+    task.engines["trainer"].add_event_handler(
+        Events.ITERATION_COMPLETED, lambda engine: trained.append(engine.state.iteration)
+    )
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
         task.fit()
+    assert trained == [1, 2]
     assert _snapshot(tmp_path / "toy") == before
+    [warning] = [str(w.message) for w in caught]
+    assert "holds run 'toy'" in warning and "from a script's fit()" in warning
+    assert "trains without writing anything there" in warning and "\n" not in warning
 
 
 def test_a_run_saving_nothing_trains_beside_a_finished_run_and_writes_nothing_there(tmp_path, cli):

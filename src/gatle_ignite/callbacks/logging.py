@@ -2,7 +2,6 @@
 
 import importlib
 import importlib.util
-import os
 import sys
 import warnings
 from types import ModuleType
@@ -15,11 +14,11 @@ from ignite.engine import Events
 from gatle_ignite.callbacks.run_record import write_config_json
 from gatle_ignite.dispatch import ConfigError, import_entrypoint
 from gatle_ignite.utils.dist import rank_zero_print
+from gatle_ignite.utils.train_command import under_train_command
 
 __all__ = [
     "BUILTIN_BACKENDS",
     "NOT_A_BACKEND",
-    "SUMMARY_FOLLOWS_VAR",
     "Backend",
     "LoggingCallback",
     "check_extra_installed",
@@ -33,9 +32,6 @@ BUILTIN_BACKENDS = ("text", "wandb", "discord", "tensorboard", "csv", "mlflow")
 NOT_A_BACKEND = ("pbar",)
 # The built-in sinks that write into save_dir.
 _FILE_SINKS = ("csv", "tensorboard")
-# Set by `gatle-ignite train`, whose summary follows the run: the trainer's own end line would
-# say again what the summary's first line says. Inherited by the ranks it spawns.
-SUMMARY_FOLLOWS_VAR = "GATLE_IGNITE_SUMMARY_FOLLOWS"
 # The package each optional built-in backend needs, which its extra installs.
 _EXTRA_PACKAGES = {
     "wandb": "wandb",
@@ -292,7 +288,7 @@ class LoggingCallback:
     def on_completion(self, trainer):
         @trainer.on(Events.COMPLETED)
         def _announce(engine):
-            if os.environ.get(SUMMARY_FOLLOWS_VAR) == "1":
+            if under_train_command():
                 return  # the command's summary says it, on its first line
             epochs = engine.state.epoch
             rank_zero_print(f"TRAINING COMPLETE after {epochs} epoch{'' if epochs == 1 else 's'}")

@@ -293,12 +293,13 @@ def _train(args: argparse.Namespace, paths: list[str]) -> int:
     if len(paths) > 1:
         # Each child loads and validates its own config; the parent only fans out.
         return launcher.launch_many(paths, [f"--override={item}" for item in args.override])
-    from gatle_ignite.cli.summary import last_recorded, print_run_summary, summary_follows
+    from gatle_ignite.cli.summary import last_recorded, print_run_summary
+    from gatle_ignite.utils.train_command import train_command
 
     cfg = _prepare(args, paths[0])
     _check_components(cfg)
     started, before = time.monotonic(), last_recorded(cfg.save_dir)
-    with summary_follows():
+    with train_command():
         launcher.launch(cfg)
     if _trained_beside_another_run(cfg, before, last_recorded(cfg.save_dir)):
         print(f"TRAINING COMPLETE, nothing recorded: {cfg.save_dir} holds another run.")

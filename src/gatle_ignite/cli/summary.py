@@ -4,7 +4,6 @@ Read from the run's manifest, so they are the same whether the run trained in th
 in ranks it spawned.
 """
 
-import contextlib
 import os
 import re
 import shlex
@@ -12,13 +11,12 @@ import time
 from pathlib import Path
 from typing import Optional
 
-from gatle_ignite.callbacks.logging import SUMMARY_FOLLOWS_VAR
 from gatle_ignite.cli.time_breakdown import time_breakdown_rows
 from gatle_ignite.redaction import redact_argv
 from gatle_ignite.run.layout import MANIFEST_FILE, OWNED_LOGS
 from gatle_ignite.run.manifest import Manifest
 
-__all__ = ["print_run_summary", "summary_follows"]
+__all__ = ["last_recorded", "print_run_summary"]
 
 # Overrides that steer one start and would mislead in a suggested command.
 _ONE_OFF = ("resume", "replace_run", "accept_changes", "profile")
@@ -47,20 +45,6 @@ _TRAINING_ONLY = (
 _TRAINING_ONLY_PATTERN = re.compile(r"every_\w+|\w+_early_stop_(patience|after)")
 # Characters a shell still reads inside double quotes (and bash's history expansion).
 _SPECIAL_IN_DOUBLE_QUOTES = set('"\\$`!')
-
-
-@contextlib.contextmanager
-def summary_follows():
-    """Around a training run this command sums up: the trainer leaves its end line out."""
-    previous = os.environ.get(SUMMARY_FOLLOWS_VAR)
-    os.environ[SUMMARY_FOLLOWS_VAR] = "1"
-    try:
-        yield
-    finally:
-        if previous is None:
-            os.environ.pop(SUMMARY_FOLLOWS_VAR, None)
-        else:
-            os.environ[SUMMARY_FOLLOWS_VAR] = previous
 
 
 def _first_process() -> bool:

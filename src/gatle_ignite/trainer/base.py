@@ -324,7 +324,7 @@ class BaseTrainer:
         """Build everything. Idempotent, so fit() and evaluate() can both call it.
 
         It opens no run: a script may build the trainer of a finished run to inspect it, and
-        fit() decides (and refuses) what happens to the run in save_dir.
+        fit() decides what happens to the run in save_dir.
         """
         if self._built:
             return self

@@ -189,9 +189,11 @@ def attach_checkpoints(trainer) -> None:
     cfg = trainer.cfg
     if "run" in cfg:
         return
-    if cfg.save_ckpt:
+    # A run beside another run in save_dir (RunDirectory._scratch) saves nothing either.
+    saves = cfg.save_ckpt and trainer._keeps_files()
+    if saves:
         trainer._resumable = ResumableLoader(lambda: trainer.dls["train"])
-    handlers = _Handlers(trainer, _to_save(trainer)) if cfg.save_ckpt else None
+    handlers = _Handlers(trainer, _to_save(trainer)) if saves else None
     for spec in trainer.eval_specs():
         if spec.score_field is None:
             continue

@@ -332,7 +332,7 @@ class PreemptionStop:
         if self.world_size > 1:
             # Rank 0 may still be writing; no rank leaves before the file is complete.
             idist.barrier()
-        saved = saved or "nothing (save_ckpt is False)"
+        saved = saved or "nothing (this run writes no checkpoint)"
         iteration = engine.state.iteration
         if PREEMPTION.interrupted(self.world_size):
             signum = signal.SIGINT
