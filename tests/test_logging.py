@@ -235,7 +235,6 @@ def test_a_progress_line_says_how_old_a_loss_read_earlier_is(capsys):
     assert "| loss 0.75 (iteration 2) |" in lines[1]
 
 
-
 class SpyLogger:
     """A 0.4 test's spy: 0.4's logger protocol, recording each call, with no ``log`` method."""
 

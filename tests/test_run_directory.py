@@ -23,7 +23,6 @@ from ignite.engine import Events
 
 from gatle_ignite.cli.main import main
 from gatle_ignite.config.loader import load_config_from_file
-from gatle_ignite.dispatch import ConfigError
 from gatle_ignite.run.layout import MANIFEST_FILE, checkpoint_files
 from tests.conftest import ROOT, child_env
 from tests.toy.config_file import write_toy_config

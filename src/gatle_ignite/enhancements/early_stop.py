@@ -67,8 +67,9 @@ class EarlyStop:
     """A post-eval handler around ignite's EarlyStopping, with its counter checkpointed.
 
     Only a strictly better score is an improvement (a tie counts against the patience), while
-    the best checkpoint, by 0.4's rule, moves to the newest of tied epochs. The decision is taken after the
-    evaluation; its line is printed by ``announce``, after the epoch's block of metrics.
+    the best checkpoint, by 0.4's rule, moves to the newest of tied epochs. The decision is
+    taken after the evaluation; its line is printed by ``announce``, after the epoch's block of
+    metrics.
     """
 
     def __init__(self, spec, patience, after, score_function, trainer):
