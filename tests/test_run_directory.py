@@ -24,6 +24,7 @@ from ignite.engine import Events
 from gatle_ignite.cli.main import main
 from gatle_ignite.config.loader import load_config_from_file
 from gatle_ignite.run.layout import MANIFEST_FILE, checkpoint_files
+from gatle_ignite.trainer.lifecycle import EXIT_DIVERGED
 from tests.conftest import ROOT, child_env
 from tests.toy.config_file import write_toy_config
 from tests.toy.trainer import Trainer as ToyTrainer
@@ -87,7 +88,7 @@ def test_a_diverged_run_is_recorded_as_such(tmp_path, cli):
             "nan": {"cls_name": "tests.toy.nan_loss", "weight": 1.0, "start_iteration": 3},
         }
     }
-    assert cli("train", _config(tmp_path, criterion_params=nan_from_3))[0] == 0
+    assert cli("train", _config(tmp_path, criterion_params=nan_from_3))[0] == EXIT_DIVERGED
     manifest = _manifest(tmp_path / "toy")
     assert manifest["state"] == "diverged"
     assert "iteration 3" in manifest["stop_reason"]
@@ -234,7 +235,7 @@ def test_a_run_saving_nothing_trains_beside_a_finished_run_and_writes_nothing_th
     # Through the CLI too: it trains, says so, and shows no summary of the other run.
     with pytest.warns(UserWarning, match="trains without writing anything there"):
         code, out, _err = cli("train", config, "save_ckpt=False")
-    assert code == 0 and "TRAIN epoch 2" in out and "RUN COMPLETED" not in out
+    assert code == 0 and "TRAIN epoch 2" in out and "TRAINING COMPLETE after 2 epochs: " not in out
     assert "TRAINING COMPLETE, nothing recorded" in out
     assert _snapshot(tmp_path / "toy") == before
 
@@ -605,14 +606,14 @@ def test_status_tells_a_part_epoch_apart_from_a_whole_one(tmp_path, cli, capsys)
     )
 
 
-def test_status_exits_75_for_a_preempted_or_killed_run_and_1_for_a_failed_one(
+def test_status_exits_75_for_a_preempted_or_killed_run_1_for_a_failed_one_65_a_diverged_one(
     tmp_path, cli, capsys
 ):
     config = _config(tmp_path, max_epochs=1)
     assert cli("train", config)[0] == 0
     manifest = _manifest(tmp_path / "toy")
     shown = {"preempted": "preempted", "running": "interrupted", "failed": "failed"}
-    for state, expected in (("preempted", 75), ("running", 75), ("failed", 1), ("diverged", 1)):
+    for state, expected in (("preempted", 75), ("running", 75), ("failed", 1), ("diverged", 65)):
         manifest["state"] = state
         (tmp_path / "toy" / MANIFEST_FILE).write_text(json.dumps(manifest))
         code, out = _status(tmp_path / "toy", capsys)

@@ -184,7 +184,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_checkpoint_arg(evaluate)
 
     status = commands.add_parser(
-        "status", help="show a run directory's state; exit 0 finished, 75 resumable, 1 failed"
+        "status",
+        help="show a run directory's state; exit 0 finished, 75 resumable, 1 failed, 65 diverged",
     )
     status.add_argument("save_dir", help="the run's save_dir")
 
@@ -293,7 +294,7 @@ def _train(args: argparse.Namespace, paths: list[str]) -> int:
     if len(paths) > 1:
         # Each child loads and validates its own config; the parent only fans out.
         return launcher.launch_many(paths, [f"--override={item}" for item in args.override])
-    from gatle_ignite.cli.summary import last_recorded, print_run_summary
+    from gatle_ignite.cli.summary import end_of_run, last_recorded
     from gatle_ignite.utils.train_command import train_command
 
     cfg = _prepare(args, paths[0])
@@ -303,9 +304,8 @@ def _train(args: argparse.Namespace, paths: list[str]) -> int:
         launcher.launch(cfg)
     if _trained_beside_another_run(cfg, before, last_recorded(cfg.save_dir)):
         print(f"TRAINING COMPLETE, nothing recorded: {cfg.save_dir} holds another run.")
-    else:
-        print_run_summary(cfg, paths[0], args.override, time.monotonic() - started)
-    return 0
+        return 0
+    return end_of_run(cfg, paths[0], args.override, time.monotonic() - started)
 
 
 def _trained_beside_another_run(cfg, before, after) -> bool:

@@ -20,7 +20,7 @@ from ignite.metrics import Average
 
 from gatle_ignite.callbacks.logging import log_cadence
 from gatle_ignite.trainer.preemption import REQUEST as PREEMPTION
-from gatle_ignite.trainer.preemption import Preempted, exit_code_for, signal_name
+from gatle_ignite.trainer.preemption import Preempted, exit_code_for, leave_mark, signal_name
 from gatle_ignite.trainer.progress import progress_every, shows_progress
 
 __all__ = [
@@ -332,6 +332,9 @@ class PreemptionStop:
         if self.world_size > 1:
             # Rank 0 may still be writing; no rank leaves before the file is complete.
             idist.barrier()
+        # Its launcher, if any, then knows the checkpoint is whole, even if a second signal
+        # kills this rank during its teardown.
+        leave_mark("preempted", idist.get_local_rank())
         saved = saved or "nothing (this run writes no checkpoint)"
         iteration = engine.state.iteration
         if PREEMPTION.interrupted(self.world_size):
