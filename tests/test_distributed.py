@@ -11,6 +11,7 @@ import time
 import pytest
 import torch
 
+from gatle_ignite.trainer.lifecycle import EXIT_DIVERGED
 from tests.conftest import ROOT, no_process_left
 from tests.toy.config import toy_config
 from tests.toy.trainer import Trainer
@@ -149,7 +150,10 @@ def test_a_nan_loss_on_one_rank_stops_every_rank_at_that_iteration(tmp_path):
         fault_nan_from=3,
         check_every=1,
     )
-    _ok(_cli("train", f"--config={config}", "--override=nproc_per_node=2", *GLOO))
+    done = _cli("train", f"--config={config}", "--override=nproc_per_node=2", *GLOO)
+    # The parent says it once, from run.json, with the diverged run's own exit code.
+    assert done.returncode == EXIT_DIVERGED, done.stdout[-3000:] + done.stderr[-3000:]
+    assert done.stdout.count("TRAINING DIVERGED (non-finite loss at iteration 3)") == 1
     assert [(p["epoch"], p["iteration"]) for p in _probes(save_dir)] == [(1, 3), (1, 3)]
 
 
