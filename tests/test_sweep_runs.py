@@ -240,12 +240,20 @@ def test_diverged_trials_fail_in_the_study_and_never_stop_the_sweep(tmp_path):
     assert _manifest(_trial_dir(sweep_dir, 0))["state"] == "diverged"
 
 
-def test_a_trial_killed_by_sigkill_is_failed_in_the_study_and_in_its_status_alike(tmp_path):
-    config = _config(tmp_path, iter_sleep_s=0.3)
+def _one_trial_sweep(tmp_path, until, iter_sleep_s=0.15):
+    """A sweep of one trial of slow iterations, started and read until a line matches ``until``:
+    ``(its argv, its process, its directory, the lines read)``."""
+    config = _config(tmp_path, iter_sleep_s=iter_sleep_s)
     sweep_dir = tmp_path / "sweep"
     argv = _argv(config, sweep_dir, "--trials=1", f"--param=optimizer_params.lr=[{GOOD_LR}]")
     sweep = _start(argv)
-    seen = _read_until(sweep, r"^\[trial_0000\] .* TRAIN epoch 1: 2/4")
+    return argv, sweep, sweep_dir, _read_until(sweep, until)
+
+
+def test_a_trial_killed_by_sigkill_is_failed_in_the_study_and_in_its_status_alike(tmp_path):
+    _, sweep, sweep_dir, seen = _one_trial_sweep(
+        tmp_path, r"^\[trial_0000\] .* TRAIN epoch 1: 2/4", iter_sleep_s=0.3
+    )
     trial_dir = _trial_dir(sweep_dir, 0)
     # The trial's own process, as the OOM killer would end it; the sweep lives on.
     holder = json.loads((trial_dir / "run.lock").read_text())
@@ -275,11 +283,9 @@ def test_a_sweep_whose_trials_keep_failing_stops_with_the_reason(tmp_path):
 
 
 def test_a_sigtermed_sweep_resumes_the_interrupted_trial_exactly(tmp_path):
-    config = _config(tmp_path, iter_sleep_s=0.15)
-    sweep_dir = tmp_path / "sweep"
-    argv = _argv(config, sweep_dir, "--trials=1", f"--param=optimizer_params.lr=[{GOOD_LR}]")
-    sweep = _start(argv)
-    seen = _read_until(sweep, r"^\[trial_0000\] .* TRAIN epoch 2: 2/4")
+    argv, sweep, sweep_dir, seen = _one_trial_sweep(
+        tmp_path, r"^\[trial_0000\] .* TRAIN epoch 2: 2/4"
+    )
     run_id = _manifest(_trial_dir(sweep_dir, 0))["run_id"]
     sweep.send_signal(signal.SIGTERM)
     out = "".join(seen) + sweep.communicate(timeout=TIMEOUT)[0]
@@ -314,11 +320,7 @@ def test_a_sigtermed_sweep_resumes_the_interrupted_trial_exactly(tmp_path):
 
 def test_ctrl_c_stops_a_sweep_as_a_preemption_not_a_failure(tmp_path):
     """A trial takes SIGINT as an error; the sweep passes a terminal's Ctrl-C on as SIGTERM."""
-    config = _config(tmp_path, iter_sleep_s=0.15)
-    sweep_dir = tmp_path / "sweep"
-    argv = _argv(config, sweep_dir, "--trials=1", f"--param=optimizer_params.lr=[{GOOD_LR}]")
-    sweep = _start(argv)
-    seen = _read_until(sweep, r"^\[trial_0000\] .* TRAIN epoch 1: 2/4")
+    _, sweep, sweep_dir, seen = _one_trial_sweep(tmp_path, r"^\[trial_0000\] .* TRAIN epoch 1: 2/4")
     sweep.send_signal(signal.SIGINT)
     out = "".join(seen) + sweep.communicate(timeout=TIMEOUT)[0]
     assert sweep.returncode == EXIT_PREEMPTED, out[-3000:]
