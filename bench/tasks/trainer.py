@@ -114,8 +114,10 @@ class Trainer(SyntheticTrainer):
             self.host_reads.attach(trainer)
 
     def _first_iteration(self, _engine):
-        # The wall clock, which the process that started this one can compare with its own.
+        # The wall clock, which the process that started this one can compare with its own,
+        # and this process's CPU time since it started.
         self.record["first_iteration"] = time.time()
+        self.record["first_iteration_cpu"] = time.process_time()
 
     def fit(self):
         super().fit()

@@ -124,6 +124,7 @@ class NonFiniteCheck:
         self.last_loss = None
         self._pending = []
         self._checked_at = 0
+        self._due = self._next_due(0)
         self._listeners = []
         self._read_pairs = []
 
@@ -140,19 +141,18 @@ class NonFiniteCheck:
 
     def record(self, engine) -> None:
         """Keep this step's losses; check when a check point is due."""
-        losses = engine.state.output.get("losses", {})
+        # The values as they are: sorting them out waits for the read, off the per-step path.
         iteration = engine.state.iteration
-        tensors, seen = [], set()
-        for value in losses.values():
-            if isinstance(value, torch.Tensor):
-                if id(value) not in seen:
-                    seen.add(id(value))
-                    tensors.append(value)
-            elif isinstance(value, numbers.Number) and not math.isfinite(value):
-                self._found(iteration)
-        self._pending.append((iteration, tensors))
-        if any(iteration % cadence == 0 for cadence in self.cadences):
-            self.check_now(engine)
+        self._pending.append((iteration, tuple(engine.state.output.get("losses", {}).values())))
+        if iteration >= self._due:
+            # Past it only on the first step of a resumed run, which is no check point.
+            due, self._due = self._due, self._next_due(iteration)
+            if iteration == due:
+                self.check_now(engine)
+
+    def _next_due(self, iteration: int) -> int:
+        """The first iteration after ``iteration`` that one of the cadences falls on."""
+        return min((iteration // cadence + 1) * cadence for cadence in self.cadences)
 
     def check_now(self, engine) -> bool:
         """Read what is pending and agree across ranks; True when training must stop."""
@@ -169,7 +169,8 @@ class NonFiniteCheck:
     def _read(self) -> None:
         pending, self._pending = self._pending, []
         self._read_pairs = pairs = []
-        flat = [_scalar_of(t) for _iteration, tensors in pending for t in tensors]
+        steps = [(iteration, self._tensors_of(iteration, values)) for iteration, values in pending]
+        flat = [_scalar_of(t) for _iteration, tensors in steps for t in tensors]
         if not flat:
             return
         if len(flat) == 1:
@@ -178,7 +179,7 @@ class NonFiniteCheck:
             device = flat[0].device
             values = torch.stack([v.to(device) for v in flat]).tolist()
         position = 0
-        for iteration, tensors in pending:
+        for iteration, tensors in steps:
             step = values[position : position + len(tensors)]
             position += len(tensors)
             if not all(math.isfinite(v) for v in step):
@@ -186,6 +187,18 @@ class NonFiniteCheck:
             if step:
                 self.last_loss = (iteration, step[0])
                 pairs.append(self.last_loss)
+
+    def _tensors_of(self, iteration: int, values: tuple) -> list:
+        """A step's loss tensors, each once (the total is often its only term); a number that
+        is not finite is found at once."""
+        tensors = []
+        for value in values:
+            if isinstance(value, torch.Tensor):
+                if not any(value is kept for kept in tensors):
+                    tensors.append(value)
+            elif isinstance(value, numbers.Number) and not math.isfinite(value):
+                self._found(iteration)
+        return tensors
 
     def _found(self, iteration: int) -> None:
         if self.first_bad is None or iteration < self.first_bad:
