@@ -108,12 +108,13 @@ class Trainer(SyntheticTrainer):
         # Registered last, so an epoch's evaluation and checkpoints fall inside its stamp.
         trainer.add_event_handler(Events.EPOCH_COMPLETED, _stamp(self.record["train"]))
         if os.environ.get(common.FIRST_ITERATION_ENV):
-            # Only when asked: a once=1 filter still runs on every iteration.
-            trainer.add_event_handler(Events.ITERATION_STARTED(once=1), self._first_iteration)
+            # Only when asked, and gone after it: a once=1 filter would still run every time.
+            trainer.add_event_handler(Events.ITERATION_STARTED, self._first_iteration)
         if self.host_reads is not None:
             self.host_reads.attach(trainer)
 
-    def _first_iteration(self, _engine):
+    def _first_iteration(self, engine):
+        engine.remove_event_handler(self._first_iteration, Events.ITERATION_STARTED)
         # The wall clock, which the process that started this one can compare with its own,
         # and this process's CPU time since it started.
         self.record["first_iteration"] = time.time()
