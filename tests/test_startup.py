@@ -27,6 +27,7 @@ EXTRAS = (
     "psycopg",
     "sqlalchemy",
     "requests",
+    "transformers",
 )
 # torch's sharded checkpoints: needed by an FSDP run or a .dcp file only (a fifth of a second).
 SHARDED = "torch.distributed.checkpoint"
