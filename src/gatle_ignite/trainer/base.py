@@ -44,7 +44,7 @@ from gatle_ignite.trainer.handlers import (
     check_every,
     clear_state,
     empty_cuda_cache,
-    save_and_log_cadences,
+    forced_check_cadences,
 )
 from gatle_ignite.trainer.lifecycle import recorded_run, settle_writes
 from gatle_ignite.trainer.preemption import REQUEST as PREEMPTION
@@ -665,7 +665,7 @@ class BaseTrainer:
         # at an epoch's end, before anything evaluates, saves or logs that epoch.
         self._nan_check = NonFiniteCheck(
             every=check_every(self.cfg, self.device),
-            also_at=save_and_log_cadences(self.cfg, epoch_length_of(self.cfg, self.dls["train"])),
+            also_at=forced_check_cadences(self.cfg, epoch_length_of(self.cfg, self.dls["train"])),
             world_size=idist.get_world_size(),
             preemption=PREEMPTION,
             on_stop=self._mark_diverged,
