@@ -12,10 +12,11 @@ from typing import Optional
 from gatle_ignite.cli.lr_find import PLOT_FILE as LR_FIND_PLOT
 from gatle_ignite.dispatch import ConfigError
 from gatle_ignite.redaction import shown_command
-from gatle_ignite.run.directory import indexed_view, unindexed_files
+from gatle_ignite.run.directory import indexed_view, recorded_config, unindexed_files
 from gatle_ignite.run.layout import MANIFEST_FILE
 from gatle_ignite.run.lock import holder
 from gatle_ignite.run.manifest import Manifest
+from gatle_ignite.run.scores import LOWER_IS_BETTER, metric_value, scoring
 from gatle_ignite.trainer.preemption import EXIT_PREEMPTED
 from gatle_ignite.utils.escapes import escaped
 
@@ -80,10 +81,18 @@ def _progress(manifest) -> str:
     return f"{epochs} epoch(s) and {part}/{length} iterations of epoch {epochs + 1}"
 
 
-def _checkpoint_line(entry) -> str:
+def _checkpoint_line(entry, config: dict) -> str:
     where = f"epoch {entry.epoch}, iteration {entry.iteration}"
-    score = f", score {entry.score:.4f}" if entry.score is not None else ""
-    return f"  {entry.file}  ({where}{score})"
+    return f"  {entry.file}  ({where}{_score(entry, config)})"
+
+
+def _score(entry, config: dict) -> str:
+    """The metric's own value a best file was kept for, and which way is better."""
+    if entry.score is None:
+        return ""
+    name, factor = scoring(config, entry.engine)
+    shown = f", {name or 'score'} {metric_value(entry.score, factor):.5g}"
+    return f"{shown}, {LOWER_IS_BETTER}" if factor < 0 else shown
 
 
 def _trial_line(trial: dict) -> str:
@@ -115,7 +124,7 @@ def run_status(save_dir) -> int:
         _say(f"sweep:    {_trial_line(manifest.sweep)}")
     _say(f"trained:  {_progress(manifest)}")
     _say(f"config:   {manifest.config_fingerprint}, last written {manifest.updated}")
-    _print_checkpoints(manifest.checkpoints)
+    _print_checkpoints(manifest.checkpoints, manifest.config)
     _print_unindexed(unindexed_files(save_dir, manifest))
     return _EXIT_CODES.get(state, EXIT_FAILED)
 
@@ -129,10 +138,10 @@ def _print_holder(live: Optional[dict]) -> None:
         _say("          (another host, and this file system cannot tell whether it still runs)")
 
 
-def _print_checkpoints(entries: list) -> None:
+def _print_checkpoints(entries: list, config: dict) -> None:
     _say("checkpoints:")
     for entry in sorted(entries, key=lambda e: (e.kind, e.progress_key())):
-        _say(_checkpoint_line(entry))
+        _say(_checkpoint_line(entry, config))
 
 
 def _print_unindexed(names: list) -> None:
@@ -167,5 +176,5 @@ def _damaged(save_dir: Path, why: str, live: Optional[dict]) -> int:
     _say(f"state:    unknown: {manifest} is damaged ({why})")
     _print_holder(live)
     _say("          a resume rebuilds it from the checkpoints below")
-    _print_checkpoints(entries)
+    _print_checkpoints(entries, recorded_config(save_dir) or {})
     return EXIT_RUNNING if live is not None else EXIT_PREEMPTED

@@ -31,6 +31,7 @@ from gatle_ignite.run.layout import (
 )
 from gatle_ignite.run.lock import holder
 from gatle_ignite.run.manifest import checked_entry
+from gatle_ignite.run.scores import metric_value, scoring
 
 __all__ = [
     "RunSummary",
@@ -51,7 +52,8 @@ class RunSummary:
     """What one run directory says about its run.
 
     ``score`` is the best ``score_name`` value in the run's own units; ``ranking`` is the same
-    times ``score_factor``, which is higher for the better run whatever the direction.
+    times ``score_factor``, which is higher for the better run whatever the direction;
+    ``lower_is_better`` says that direction (a negative factor).
     """
 
     path: Path
@@ -62,6 +64,7 @@ class RunSummary:
     score: Optional[float] = None
     ranking: Optional[float] = None
     score_epoch: Optional[int] = None
+    lower_is_better: bool = False
     epochs: Optional[int] = None
     max_epochs: Optional[int] = None
     seconds: Optional[float] = None
@@ -254,8 +257,7 @@ def read_run(path) -> RunSummary:
     manifest = _manifest(path)
     config = (manifest or {}).get("config") or _read_json(path / CONFIG_FILE) or {}
     entries = _entries(path, manifest)
-    score_name = config.get("score_name") if isinstance(config.get("score_name"), str) else None
-    factor = _factor(config)
+    score_name, factor = scoring(config, "valid")
     best = _best(entries, score_name)
     params = _sweep_trial(manifest).get("params")
     return RunSummary(
@@ -264,9 +266,10 @@ def read_run(path) -> RunSummary:
         state=_state(path, manifest),
         trial=_trial(manifest),
         score_name=score_name,
-        score=best.score / factor if best is not None else None,
+        score=metric_value(best.score, factor) if best is not None else None,
         ranking=best.score if best is not None else None,
         score_epoch=best.epoch if best is not None else None,
+        lower_is_better=factor < 0,
         epochs=_trained_epochs(manifest, entries),
         max_epochs=_count(manifest, "max_epochs") or config.get("max_epochs"),
         seconds=_seconds(manifest),
@@ -275,13 +278,6 @@ def read_run(path) -> RunSummary:
         starts=[s for s in (manifest or {}).get("provenance") or [] if isinstance(s, dict)],
         lr_groups=_lr_groups(manifest),
     )
-
-
-def _factor(config: dict) -> float:
-    """The config's score_factor; 1 when it holds no usable number."""
-    factor = config.get("score_factor")
-    usable = isinstance(factor, (int, float)) and not isinstance(factor, bool) and factor
-    return factor if usable else 1
 
 
 def _lr_groups(manifest: Optional[dict]) -> list:

@@ -50,6 +50,7 @@ __all__ = [
     "first_loadable",
     "indexed_view",
     "latest_checkpoint",
+    "recorded_config",
     "unindexed_files",
 ]
 
@@ -418,7 +419,7 @@ class RunDirectory:
     def _adopt(self, found: Optional[Manifest], entries: list, payload: dict) -> Manifest:
         """The run's manifest, made from its files when it has none (a 0.4 run directory)."""
         if found is None:
-            recorded = _recorded_config(self.path)
+            recorded = recorded_config(self.path)
             if recorded is None:
                 warnings.warn(
                     f"{self.path} has no record of the config its run was started with, so "
@@ -713,7 +714,8 @@ def _schedule_length(state) -> Optional[int]:
     return length if isinstance(length, int) else None
 
 
-def _recorded_config(save_dir: Path) -> Optional[dict]:
+def recorded_config(save_dir: Path) -> Optional[dict]:
+    """The run's ``config.json`` (read as a run directory's files are); None when unreadable."""
     try:
         recorded = json.loads(read_confined(save_dir / CONFIG_FILE))
     except (OSError, ValueError):
