@@ -138,18 +138,23 @@ def test_the_linked_and_padded_manifests_are_valid_ones(run, tmp_path):
 @pytest.mark.parametrize("kind", ["fifo", "dev-zero"])
 def test_a_lock_file_or_config_that_is_no_regular_file_is_never_read(run, kind):
     """run.lock (read for the holder's note by status and runs) and config.json (read by runs
-    for a run without run.json, a 0.4 one)."""
+    for a run without run.json, a 0.4 one, and by status for one whose run.json is damaged)."""
     change = RECORDS[kind][0]
     older = Path(shutil.copytree(run, run.parent / "run04"))
     (older / MANIFEST_FILE).unlink()
     change(older / CONFIG_FILE)
+    # A damaged run.json: status then reads config.json for how the scores were made.
+    damaged = Path(shutil.copytree(run, run.parent / "damaged"))
+    (damaged / MANIFEST_FILE).write_text("{")
+    change(damaged / CONFIG_FILE)
     change(run / LOCK_FILE)
-    (status, status_out, _), (runs, runs_out, runs_err) = _guarded(
-        ["status", run], ["runs", older, "--csv"]
+    (status, status_out, _), (runs, runs_out, runs_err), (rebuilt, rebuilt_out, _) = _guarded(
+        ["status", run], ["runs", older, "--csv"], ["status", damaged]
     )
     assert status == 0 and "state:    completed" in status_out and "held by" not in status_out
     assert runs == 0 and f"{older / CONFIG_FILE} cannot be read" in runs_err
     assert next(csv.DictReader(io.StringIO(runs_out)))["state"] == "unknown"
+    assert rebuilt == 75 and "latest_epoch_checkpoint_2.pt" in rebuilt_out
 
 
 @pytest.mark.parametrize("kind", ["fifo", "link-out"])
