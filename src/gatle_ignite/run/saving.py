@@ -21,7 +21,6 @@ from ignite.handlers import DiskSaver
 from gatle_ignite.run.filesystem import confined, save_dir_error, writing_into
 from gatle_ignite.run.host_memory import host_copy
 from gatle_ignite.run.layout import staging_path
-from gatle_ignite.run.sharded import finish_sharded, save_sharded
 from gatle_ignite.run.storage import LocalPlace, Place
 from gatle_ignite.run.unchanged_state import LastWrite, snapshot
 
@@ -163,6 +162,9 @@ class RunSaver(DiskSaver):
         return finish
 
     def _save_sharded(self, checkpoint, path) -> Callable:
+        # On first use: torch.distributed.checkpoint is a fifth of a second to import.
+        from gatle_ignite.run.sharded import finish_sharded, save_sharded
+
         future = save_sharded(checkpoint, path, self._process_group, writes=self._writes)
 
         def finish() -> None:

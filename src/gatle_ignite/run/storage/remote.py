@@ -218,6 +218,11 @@ class RemotePlace(Place):
         info = self._info(name)
         return _tag_of(info) if info is not None else None
 
+    def size(self, name: str) -> Optional[int]:
+        """The object's size in bytes; None when there is no such object."""
+        info = self._info(name)
+        return int(info.get("size") or 0) if info is not None else None
+
     def _info(self, name: str) -> Optional[dict]:
         self._fresh()
         try:
