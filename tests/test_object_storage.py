@@ -354,7 +354,7 @@ def test_two_writers_on_one_prefix_the_second_is_refused(s3, s3_bucket, tmp_path
     fast = ["--override=iter_sleep_s=0.0", "--override=accept_changes=['iter_sleep_s']"]
     third = _cli(_s3_env(s3, tmp_path, "two"), "train", f"--config={config}", *resume, *fast)
     assert third.returncode == 0, third.stdout[-2000:] + third.stderr[-2000:]
-    assert "RUN COMPLETED" in third.stdout
+    assert "TRAINING COMPLETE after 3 epochs" in third.stdout
 
 
 def _loads_everywhere(client, bucket_url, tmp_path) -> list:
@@ -555,3 +555,15 @@ def test_a_store_without_conditional_writes_gets_a_lease_written_then_read_back(
         lease.acquire()
     assert lease_holder(place)["holder"] == lease.token
     lease.release()
+
+
+def test_a_checkpoint_is_fetched_once_until_the_store_holds_another_version(bucket, tmp_path):
+    place = place_of(bucket, local=tmp_path / "read")
+    name = "latest_epoch_checkpoint_1.pt"
+    place.fs.pipe_file(place.key(name), b"first version")
+    local = place.fetch(name)
+    written = local.stat().st_mtime_ns
+    time.sleep(0.01)
+    assert place.fetch(name).stat().st_mtime_ns == written  # the same version: not fetched
+    place.fs.pipe_file(place.key(name), b"second version")
+    assert place.fetch(name).read_bytes() == b"second version"
