@@ -239,7 +239,7 @@ def test_a_model_that_pins_the_batch_is_exported_with_a_static_one(tmp_path, cap
     out = tmp_path / "exported"
     assert _export(config, [], "pt2", out) == 0
     stdout = capsys.readouterr().out
-    assert "BATCH: static, 16 rows: the batch dimension cannot be dynamic (" in stdout
+    assert "BATCH: static, 16 rows: the model fixes the batch dimension" in stdout
     assert stdout.count("CHECKED model.pt2 on a batch of 16") == 1
     program = torch.export.load(out / "model.pt2").module()
     assert program(x=torch.randn(16, 8))["logits"].shape == (16, 3)

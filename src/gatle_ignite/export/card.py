@@ -13,6 +13,7 @@ import torch
 
 import gatle_ignite
 from gatle_ignite.export import PACKAGES
+from gatle_ignite.export.shapes import Dims
 from gatle_ignite.export.source import Source
 from gatle_ignite.export.verify import flat_tensors
 from gatle_ignite.redaction import config_payload
@@ -30,9 +31,10 @@ class Artefact:
 
     file: str
     tolerance: str
-    # [(rows, {output key: max abs diff})], one per batch checked.
+    # [(what it ran on, {output key: max abs diff})], one per check.
     checked: list
-    dynamic_batch: Optional[bool] = None
+    # The program's dynamic and static dimensions; None for a format that traces nothing.
+    dims: Optional[Dims] = None
     extra_files: list = field(default_factory=list)
 
 
@@ -90,9 +92,9 @@ def _versions(fmt: str) -> str:
 
 def _checked_line(artefact: Artefact) -> str:
     parts = []
-    for rows, differences in artefact.checked:
+    for on, differences in artefact.checked:
         worst = ", ".join(f"`{key}` {value:.3g}" for key, value in differences.items())
-        parts.append(f"batch of {rows}: max abs diff {worst}")
+        parts.append(f"{on}: max abs diff {worst}")
     return f"outputs equal the eager model's {artefact.tolerance}; " + "; ".join(parts)
 
 
@@ -136,6 +138,23 @@ def _fixed_inputs(fmt: str, source: Source) -> list:
     return [("Fixed inputs", f"{named}: constants of the program, pass the same")]
 
 
+def _dims_rows(dims: Dims, source: Source) -> list:
+    """The dynamic dimensions, each with its range and bound, and the marked ones kept static."""
+    described = []
+    for axis in dims.axes:
+        where = " and ".join(f"`{key}` dim {dim}" for key, dim in axis.positions)
+        bound = f" ({axis.bound})" if axis.bound else ""
+        name = "the batch: " if axis.batch else ""
+        described.append(f"{name}{where}, {axis.range_text()}{bound}")
+    rows = [("Dynamic dimensions", "; ".join(described) or "none: the example's shapes only")]
+    if not dims.batch_dynamic and source.rows is not None:
+        rows.append(("Batch dimension", f"static ({source.rows} rows)"))
+    static = [f"`{key}` dim {dim} = {size} ({why})" for key, dim, size, why in dims.fixed()]
+    if static:
+        rows.append(("Static dimensions", "; ".join(static) + ": the model fixes them"))
+    return rows
+
+
 def _table(fmt: str, cfg, source: Source, artefact: Artefact) -> list:
     manifest = _manifest(cfg.save_dir)
     fingerprint = (
@@ -153,9 +172,8 @@ def _table(fmt: str, cfg, source: Source, artefact: Artefact) -> list:
         ("Model", f"`{cfg.model_name}`"),
         ("Example inputs", f"{inputs}, one batch of the {source.split} split"),
     ]
-    if artefact.dynamic_batch is not None:
-        batch = "dynamic" if artefact.dynamic_batch else f"static ({source.rows} rows)"
-        rows += [("Batch dimension", batch), *_fixed_inputs(fmt, source)]
+    if artefact.dims is not None:
+        rows += [*_dims_rows(artefact.dims, source), *_fixed_inputs(fmt, source)]
     return [
         *rows,
         ("Checked", _checked_line(artefact)),

@@ -18,7 +18,7 @@ from gatle_ignite.dispatch import ConfigError, call_with_params, import_entrypoi
 from gatle_ignite.export.card import Artefact
 from gatle_ignite.export.failure import failed_at
 from gatle_ignite.export.source import Source
-from gatle_ignite.export.verify import EXACT, check_against_eager, flat_tensors
+from gatle_ignite.export.verify import EXACT, check_against_eager, described, flat_tensors
 from gatle_ignite.redaction import config_payload
 from gatle_ignite.run.loading import load_weights
 
@@ -80,5 +80,6 @@ def export_safetensors(source: Source, staging: Path, cfg) -> Artefact:
         except Exception as error:
             raise failed_at(f"running a fresh Model(**model_params) with {FILE}", error) from None
 
-    checked = check_against_eager(FILE, source.model, source.inputs, run, EXACT, dynamic=False)
+    checks = [(described(source.inputs), source.inputs)]
+    checked = check_against_eager(FILE, source.model, checks, run, EXACT)
     return Artefact(FILE, str(EXACT), checked, extra_files=[CONFIG])
