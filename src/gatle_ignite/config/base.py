@@ -102,6 +102,8 @@ def base_config() -> config_dict.ConfigDict:
     cfg.async_save = False
     cfg.model_checkpoint_dir = ""
     cfg.strict = True
+    # gatle-ignite export: {"dynamic": {input key: [dims]}} beside the batch and what varies.
+    cfg.export_params = {}
 
     # Count one training step's FLOPs at the start, for perf/achieved_tflops and perf/mfu.
     cfg.count_flops = True

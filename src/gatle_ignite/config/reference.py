@@ -235,6 +235,12 @@ FIELD_DOCS: dict[str, str] = {
         "`strict=` for the `model_checkpoint_dir` load and for the model load of "
         "`gatle-ignite eval`."
     ),
+    "export_params": (
+        "For `gatle-ignite export`: `dynamic`, a mapping of `model_input` keys to the "
+        'dimensions to make dynamic (`{"input_ids": [0, 1]}`), beside the batch and the '
+        "dimensions that vary between the batches export samples; `--dynamic KEY=DIM,...` adds "
+        "more. Never changes what a run trains."
+    ),
     "run": (
         "Inference mode, set by `gatle-ignite eval`: its presence, whatever its value (even "
         "False), makes the launcher load a checkpoint and evaluate, never train or write."
@@ -392,6 +398,7 @@ FIELD_GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "strict",
             "run",
             "load_from_ckpt",
+            "export_params",
         ),
     ),
     ("Telemetry and profiling", ("count_flops", "profile")),

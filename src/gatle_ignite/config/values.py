@@ -26,6 +26,19 @@ def _is_mapping(value) -> bool:
     return isinstance(value, Mapping) or hasattr(value, "items")
 
 
+def _export_params_ok(value) -> bool:
+    """None, or a mapping holding at most ``dynamic``: input keys to lists of dimensions."""
+    if value is None:
+        return True
+    if not _is_mapping(value) or set(value) - {"dynamic"}:
+        return False
+    dynamic = value.get("dynamic") or {}
+    return _is_mapping(dynamic) and all(
+        isinstance(key, str) and isinstance(dims, (list, tuple)) and all(map(_is_int, dims))
+        for key, dims in dynamic.items()
+    )
+
+
 # (fields, accepts(value), what the value must be). None passes only where a rule says so.
 _RULES = (
     (("max_epochs",), lambda v: _is_int(v) and v >= 1, "an int >= 1"),
@@ -117,6 +130,11 @@ _RULES = (
         ("score_name", "tester_score_name", "load_from_ckpt"),
         lambda v: v is None or isinstance(v, str),
         "a string naming a metric such as 'valid/acc'",
+    ),
+    (
+        ("export_params",),
+        _export_params_ok,
+        "a mapping such as {'dynamic': {'input_ids': [0, 1]}} (model_input keys to dimensions)",
     ),
 )
 

@@ -40,6 +40,8 @@ BOOKKEEPING = (
     "log_every",
     "watch_grad",
     "tags",
+    "export_params",
+    "export_params.*",
     "wandb_entity",
     "discord_*",
     "master_addr",
