@@ -518,6 +518,22 @@ def test_tied_weights_are_written_under_every_name(tmp_path):
     assert torch.equal(fresh[1].weight, model[0].weight)
 
 
+def test_a_model_with_tied_weights_exports_them_and_its_card_says_so(tmp_path):
+    config, save_dir = _sequence_task(tmp_path, tied=True)
+    out = tmp_path / "exported"
+    assert _export(config, [], "safetensors", out) == 0
+    from safetensors.torch import load_file
+
+    written = load_file(out / "model.safetensors")
+    assert torch.equal(written["embed.weight"], written["unembed.weight"])
+    card = (out / "README.md").read_text()
+    assert "| Tied weights | `embed.weight` = `unembed.weight`: one tensor in the model" in card
+    inputs = _sequence(3, 5)
+    model = _seq_model(save_dir, tied=True)
+    with torch.no_grad():
+        _assert_same("safetensors", _outputs("safetensors", out, inputs), model(**inputs))
+
+
 # ---- for real: a killed export, and a checkpoint two ranks wrote ----
 
 

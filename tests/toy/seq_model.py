@@ -1,10 +1,11 @@
 """A tiny sequence classifier for the export tests: token and position embeddings, a masked
 mean over the sequence, a linear head.
 
-``positions="table"`` looks positions up in an ``nn.Embedding`` of ``max_len`` rows (the length
-is bounded by it); ``positions="fixed"`` adds a ``(1, max_len, dim)`` parameter, which pins the
-length to ``max_len``. ``output`` chooses what forward returns: a dict, a dataclass, or a
-``transformers`` ``ModelOutput``."""
+``tied=True`` adds per-token logits from an output layer that shares the token embedding, as a
+language model's does. ``positions="table"`` looks positions up in an ``nn.Embedding`` of
+``max_len`` rows (the length is bounded by it); ``positions="fixed"`` adds a
+``(1, max_len, dim)`` parameter, which pins the length to ``max_len``. ``output`` chooses what
+forward returns: a dict, a dataclass, or a ``transformers`` ``ModelOutput``."""
 
 from dataclasses import dataclass
 
@@ -20,9 +21,14 @@ class Classified:
 
 
 class Model(nn.Module):
-    def __init__(self, vocab=16, dim=8, max_len=12, n_classes=3, positions="table", output="dict"):
+    def __init__(
+        self, vocab=16, dim=8, max_len=12, n_classes=3, positions="table", output="dict", tied=False
+    ):
         super().__init__()
         self.embed = nn.Embedding(vocab, dim)
+        if tied:
+            self.unembed = nn.Linear(dim, vocab, bias=False)
+            self.unembed.weight = self.embed.weight
         self.positions, self.output = positions, output
         if positions == "table":
             self.pos = nn.Embedding(max_len, dim)
@@ -45,4 +51,6 @@ class Model(nn.Module):
             from transformers.modeling_outputs import SequenceClassifierOutput
 
             return SequenceClassifierOutput(logits=logits, hidden_states=(pooled,))
+        if hasattr(self, "unembed"):
+            return {"logits": logits, "tokens": self.unembed(hidden)}
         return {"logits": logits, "pooled": pooled}

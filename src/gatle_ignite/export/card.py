@@ -36,6 +36,8 @@ class Artefact:
     # The program's dynamic and static dimensions; None for a format that traces nothing.
     dims: Optional[Dims] = None
     extra_files: list = field(default_factory=list)
+    # The format's own rows of the card: [(name, value)].
+    rows: list = field(default_factory=list)
 
 
 def _manifest(save_dir) -> Optional[Manifest]:
@@ -176,6 +178,7 @@ def _table(fmt: str, cfg, source: Source, artefact: Artefact) -> list:
         rows += [*_dims_rows(artefact.dims, source), *_fixed_inputs(fmt, source)]
     return [
         *rows,
+        *artefact.rows,
         ("Checked", _checked_line(artefact)),
         ("Versions", _versions(fmt)),
         ("Exported", datetime.now(timezone.utc).isoformat(timespec="seconds")),

@@ -22,10 +22,35 @@ from gatle_ignite.export.verify import EXACT, check_against_eager, described, fl
 from gatle_ignite.redaction import config_payload
 from gatle_ignite.run.loading import load_weights
 
-__all__ = ["CONFIG", "FILE", "export_safetensors"]
+__all__ = ["CONFIG", "FILE", "export_safetensors", "tied_names"]
 
 FILE = "model.safetensors"
 CONFIG = "config.json"
+
+
+def tied_names(model) -> list:
+    """``[[name, name, ...]]``: the state dict's names that hold one tensor (tied weights, as
+    a language model's output layer shares its input embedding), the first as ordered."""
+    groups = {}
+    for key, value in model.state_dict().items():
+        if torch.is_tensor(value) and value.numel():
+            where = (value.untyped_storage().data_ptr(), value.storage_offset(), value.shape)
+            groups.setdefault(where, []).append(key)
+    return [names for names in groups.values() if len(names) > 1]
+
+
+def _tied_row(model) -> list:
+    tied = tied_names(model)
+    if not tied:
+        return []
+    pairs = "; ".join(" = ".join(f"`{name}`" for name in names) for names in tied)
+    return [
+        (
+            "Tied weights",
+            f"{pairs}: one tensor in the model, written under each name (safetensors keeps no "
+            f"shared tensors); Model(**model_params) ties them again and loading fills both",
+        )
+    ]
 
 
 def _weights(model) -> dict:
@@ -82,4 +107,4 @@ def export_safetensors(source: Source, staging: Path, cfg) -> Artefact:
 
     checks = [(described(source.inputs), source.inputs)]
     checked = check_against_eager(FILE, source.model, checks, run, EXACT)
-    return Artefact(FILE, str(EXACT), checked, extra_files=[CONFIG])
+    return Artefact(FILE, str(EXACT), checked, extra_files=[CONFIG], rows=_tied_row(source.model))
