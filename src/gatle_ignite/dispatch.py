@@ -137,8 +137,25 @@ def import_module_from_path(path, field=None):
                 f"could not import '{path}'{_origin(field)}: {error}\n{shadowed}"
             ) from error
         raise ConfigError(
-            f"could not import '{path}'{_origin(field)}: {error}\n  {_import_fix(path, error)}"
+            f"could not import '{path}'{_origin(field)}: {error}{_underlying(error)}\n"
+            f"  {_import_fix(path, error)}"
         ) from error
+
+
+def _underlying(error: BaseException) -> str:
+    """The first line of the error an import error was raised from, where it wraps one: a
+    library importing lazily (``transformers``) reports only that its import failed."""
+    inner, seen = error, {id(error)}
+    while True:
+        cause = inner.__cause__ or (None if inner.__suppress_context__ else inner.__context__)
+        if cause is None or id(cause) in seen:
+            break
+        inner = cause
+        seen.add(id(inner))
+    if inner is error:
+        return ""
+    first = next(iter(str(inner).splitlines()), "")
+    return f"\n  Underlying error: {type(inner).__name__}: {first}"
 
 
 def _import_fix(path: str, error: ImportError) -> str:
@@ -312,6 +329,7 @@ def call_with_params(entrypoint, params, field, *args):
     """
     params = dict(params or {})
     module = getattr(entrypoint, "__module__", None) or "?"
+    name = f"{module}.{getattr(entrypoint, '__qualname__', entrypoint)}"
     try:
         return entrypoint(*args, **params)
     except (TypeError, ValueError) as error:
@@ -319,12 +337,24 @@ def call_with_params(entrypoint, params, field, *args):
             fragment in str(error) for fragment in _SIGNATURE_MISMATCH
         )
         if not mismatch and not module.startswith("gatle_ignite."):
+            _note_library(error, field, params, f"while building {name}(**{field}) from")
             raise
-        name = f"{module}.{getattr(entrypoint, '__qualname__', entrypoint)}"
         raise ParamsError(
             f"{field} not accepted by {name}: {error}\n"
             f"  Its parameters: {_signature_of(entrypoint)}; fix cfg.{field}."
         ) from error
+    except Exception as error:
+        _note_library(error, field, params, f"while building {name}(**{field}) from")
+        raise
+
+
+def _note_library(error: Exception, field: str, params: dict, built: str) -> None:
+    """Name the config field on an error raised inside a library the entrypoint called."""
+    from gatle_ignite.utils.frames import add_note, library_note
+
+    note = library_note(error, field, params, built)
+    if note is not None:
+        add_note(error, note)
 
 
 def _signature_of(entrypoint) -> str:

@@ -9,23 +9,17 @@ is written: a failure names the stage it happened in, as a config error.
 import contextlib
 import copy
 import logging
-import traceback
-from pathlib import Path
 from typing import Optional
 
-import ignite
 import torch
 from ml_collections import config_dict
 
-import gatle_ignite
 from gatle_ignite.dispatch import ConfigError, import_entrypoint
 from gatle_ignite.specs import EngineSpec
 from gatle_ignite.trainer.checks import check_scores
+from gatle_ignite.utils.frames import where_raised
 
 __all__ = ["describe", "dry_run"]
-
-# Frames inside these packages say where a failure surfaced, not which line of the task caused it.
-_LIBRARY_DIRS = tuple(str(Path(module.__file__).parent) for module in (torch, ignite, gatle_ignite))
 
 
 def dry_run(cfg: config_dict.ConfigDict) -> None:
@@ -79,20 +73,9 @@ def _stage(stage: str, spec: Optional[EngineSpec] = None):
     except Exception as error:
         where = f" ({_where_run(spec)})" if spec else ""
         what = str(error) if isinstance(error, ConfigError) else f"{type(error).__name__}: {error}"
-        raise ConfigError(f"dry run failed at {stage}{where}: {what}{_task_line(error)}") from None
-
-
-def _task_line(error: BaseException) -> str:
-    """The innermost line of the task's own code that the failure passed through, as a hint."""
-    frames = [
-        frame
-        for frame in traceback.extract_tb(error.__traceback__)
-        if not frame.filename.startswith(_LIBRARY_DIRS)
-    ]
-    if not frames:
-        return ""
-    frame = frames[-1]
-    return f"\n  at {frame.filename}:{frame.lineno}, in {frame.name}"
+        raise ConfigError(
+            f"dry run failed at {stage}{where}: {what}{where_raised(error)}"
+        ) from None
 
 
 def _autocast(trainer):

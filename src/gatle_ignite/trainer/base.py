@@ -36,6 +36,7 @@ from gatle_ignite.trainer.checks import (
     check_scores,
     explain_forward_error,
     explain_output_error,
+    note_library_error,
 )
 from gatle_ignite.trainer.handlers import (
     LossAverage,
@@ -299,14 +300,16 @@ class BaseTrainer:
         return {"y_pred": y_pred, "target": x}
 
     def _forward_explained(self, model_input):
-        """``forward``; a model refusing the ``model_input`` keys says so in one error."""
+        """``forward``; a model refusing the ``model_input`` keys says so in one error, and an
+        error raised inside the library the model comes from names the config that built it."""
         try:
             return self.forward(model_input)
-        except TypeError as error:
-            problem = explain_forward_error(self.model, model_input)
-            if problem is None:
-                raise
-            raise problem from error
+        except Exception as error:
+            problem = explain_forward_error(self.model, model_input, error, self.prep_batch)
+            if problem is not None:
+                raise problem from error
+            note_library_error(error, self.cfg, model_input)
+            raise
 
     def _loss_explained(self, y_pred, target, iteration):
         """``loss_fn``; one failing to read a model output that is no dict says so in one error."""
