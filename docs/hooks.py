@@ -7,6 +7,8 @@ Markers in the pages are replaced at build time:
 * ``<!-- gatle:undeclared-fields -->``, ``<!-- gatle:ds-params -->``,
   ``<!-- gatle:loss-entry -->``: the other tables of that module;
 * ``<!-- gatle:contracts -->``: the entrypoint table ``gatle_ignite.dispatch.CONTRACTS``;
+* ``<!-- gatle:builtin-losses -->``, ``<!-- gatle:builtin-metrics -->``: the built-in losses and
+  metrics (``BUILTINS`` of their packages), each with its parameters, read from its signature;
 * ``<!-- gatle:builtin-backends -->``: ``gatle_ignite.callbacks.logging.BUILTIN_BACKENDS``;
 * ``<!-- gatle:example NAME -->``: ``examples/NAME/README.md``, with the training curves of
   every ``docs/data/NAME/*.csv`` inserted after its introduction;
@@ -189,6 +191,25 @@ def _builtin_backends() -> str:
     names = ", ".join(_code(n) for n in BUILTIN_BACKENDS)
     flags = ", ".join(_code(n) for n in NOT_A_BACKEND)
     return f"Built-in short names: {names}. Flags that are no sink: {flags}.\n"
+
+
+def _builtins(package: str, entrypoint: str, given: int) -> str:
+    """The built-ins of ``package``: each module's path, what it computes (the first paragraph
+    of its docstring) and the parameters its entrypoint takes after the framework's ``given``
+    positional ones, with where its ``**kwargs`` go."""
+    import importlib
+    import inspect
+
+    out = ["| Dotted path | What it computes | Parameters |", "|---|---|---|"]
+    for path in importlib.import_module(package).BUILTINS:
+        module = importlib.import_module(path)
+        parameters = list(inspect.signature(getattr(module, entrypoint)).parameters.values())
+        shown = [str(p.replace(annotation=inspect.Parameter.empty)) for p in parameters[given:]]
+        reached = [target.__name__ for target, _ in getattr(module, "KWARGS_GO_TO", ())]
+        where = f": those of {', '.join(reached)}" if reached else ""
+        summary = " ".join((module.__doc__ or "").strip().split("\n\n")[0].split())
+        out.append(f"| {_code(path)} | {_prose(summary)} | {_code(', '.join(shown))}{where} |")
+    return "\n".join(out) + "\n"
 
 
 # ---------------------------------------------------------------- training curves
@@ -407,6 +428,10 @@ def on_page_markdown(markdown, page, config, files):
             return _contracts()
         if kind == "builtin-backends":
             return _builtin_backends()
+        if kind == "builtin-losses":
+            return _builtins("gatle_ignite.losses", "Loss", 0)
+        if kind == "builtin-metrics":
+            return _builtins("gatle_ignite.metrics", "get_metric", 2)
         if kind == "example" and arg:
             return _example_page(arg)
         if kind == "source" and arg:

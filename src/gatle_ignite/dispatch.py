@@ -68,7 +68,9 @@ CONTRACTS = (
         "criterion_name + criterion_params",
         "Loss",
         "An nn.Module Loss(**criterion_params) whose forward(y_pred, target, iteration=None) "
-        "returns (total, {'loss_<key>': tensor}) and which has a crit_keys attribute.",
+        "returns (total, {'loss_<key>': tensor}) and which has a crit_keys attribute; or one "
+        "loss term returning a bare tensor (a built-in such as gatle_ignite.losses.cross_entropy), "
+        "logged as the total alone.",
         ("criterion_name",),
     ),
     (
@@ -230,6 +232,7 @@ _COMPONENT_PACKAGES = (
     "gatle_ignite.optimizers.",
     "gatle_ignite.schedulers.",
     "gatle_ignite.losses.",
+    "gatle_ignite.metrics.",
 )
 
 

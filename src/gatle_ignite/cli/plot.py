@@ -19,6 +19,7 @@ from typing import NamedTuple, Optional, Union
 
 from gatle_ignite.dispatch import ConfigError
 from gatle_ignite.experiments.runs import best_first, read_run, runs_in
+from gatle_ignite.run.scores import LOWER_IS_BETTER
 
 __all__ = [
     "Point",
@@ -160,7 +161,9 @@ def _series_label(run_label: str, group, groups: int, runs: int, names: Sequence
     return named if runs == 1 else f"{run_label}, {named}"
 
 
-def _draw_panel(ax, panel: _Panel, histories: list, labels: list, group_names: list) -> None:
+def _draw_panel(
+    ax, panel: _Panel, histories: list, labels: list, group_names: list, lower: frozenset
+) -> None:
     from matplotlib.ticker import MaxNLocator
 
     series = [history.get(name, []) for history in histories for name, _ in panel.series]
@@ -185,7 +188,9 @@ def _draw_panel(ax, panel: _Panel, histories: list, labels: list, group_names: l
                 linestyle=_GROUP_STYLES[position % len(_GROUP_STYLES)],
                 label=_series_label(label, group, groups, len(histories), names),
             )
-    ax.set_title(panel.title, fontsize=10)
+    # A score kept at its minimum says so: its curve should go down.
+    said = f" ({LOWER_IS_BETTER})" if any(name in lower for name, _ in panel.series) else ""
+    ax.set_title(panel.title + said, fontsize=10)
     ax.set_xlabel("iteration" if by_step else "epoch (no step recorded)", fontsize=8)
     # Steps and epochs are counts: no tick between two of them.
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
@@ -195,10 +200,15 @@ def _draw_panel(ax, panel: _Panel, histories: list, labels: list, group_names: l
 
 
 def draw_histories(
-    histories: list, labels: list, columns: int = 3, group_names: Optional[list] = None
+    histories: list,
+    labels: list,
+    columns: int = 3,
+    group_names: Optional[list] = None,
+    lower_is_better: Sequence[str] = (),
 ):
     """A Figure with one panel per metric, every history overlaid in each; ``group_names``
-    holds each run's param group names, which label its learning rates."""
+    holds each run's param group names, which label its learning rates; the panels of the
+    metrics in ``lower_is_better`` (scores kept at their minimum) say so."""
     group_names = group_names or [[] for _ in histories]
     Figure = require_matplotlib("plot")
     panels = _panels(histories)
@@ -211,7 +221,7 @@ def draw_histories(
     figure = Figure(figsize=(width * ncols, 3.2 * nrows))
     axes = list(figure.subplots(nrows, ncols, squeeze=False).flat)
     for ax, panel in zip(axes, panels):
-        _draw_panel(ax, panel, histories, labels, group_names)
+        _draw_panel(ax, panel, histories, labels, group_names, frozenset(lower_is_better))
     for ax in axes[len(panels) :]:
         ax.remove()
     figure.tight_layout()
@@ -225,8 +235,14 @@ def plot_runs(
 ):
     """Draw every metric of every run, runs overlaid, write ``out`` as a PNG; returns the Figure."""
     histories = [read_history(run_dir) for run_dir in run_dirs]
-    names = [read_run(run_dir).lr_groups for run_dir in run_dirs]
-    figure = draw_histories(histories, labels or _labels(run_dirs), group_names=names)
+    runs = [read_run(run_dir) for run_dir in run_dirs]
+    lower = [run.score_name for run in runs if run.score_name and run.lower_is_better]
+    figure = draw_histories(
+        histories,
+        labels or _labels(run_dirs),
+        group_names=[run.lr_groups for run in runs],
+        lower_is_better=lower,
+    )
     save_png(figure, out)
     return figure
 

@@ -7,6 +7,7 @@ import sys
 from typing import Optional
 
 from gatle_ignite.experiments.runs import RunSummary, differing_params, read_runs
+from gatle_ignite.run.scores import LOWER_IS_BETTER
 
 __all__ = ["PROVENANCE_COLUMNS", "rows", "run_runs"]
 
@@ -147,10 +148,15 @@ def _print_table(found: list, runs: list) -> None:
     lines = [_table_line(row) for row in found]
     columns = list(lines[0])
     widths = {c: max(len(c), *(len(line[c]) for line in lines)) for c in columns}
-    names = sorted({run.score_name for run in runs if run.score_name})
-    print(f"{len(runs)} run(s), the best {' / '.join(names) or 'score'} first")
+    print(f"{len(runs)} run(s), the best {_scores_named(runs) or 'score'} first")
     for line in [{c: c for c in columns}, *lines]:
         print("  ".join(line[c].ljust(widths[c]) for c in columns).rstrip())
+
+
+def _scores_named(runs: list) -> str:
+    """The runs' score names, each with its direction where lower is better."""
+    names = sorted({(run.score_name, run.lower_is_better) for run in runs if run.score_name})
+    return " / ".join(f"{name} ({LOWER_IS_BETTER})" if lower else name for name, lower in names)
 
 
 def run_runs(dirs: list, as_csv: bool = False, provenance: bool = False) -> int:

@@ -26,6 +26,7 @@ from gatle_ignite.run.layout import (
     parse_checkpoint_name,
 )
 from gatle_ignite.run.lock import holder
+from gatle_ignite.run.scores import metric_value, scoring
 
 __all__ = [
     "RunSummary",
@@ -46,7 +47,8 @@ class RunSummary:
     """What one run directory says about its run.
 
     ``score`` is the best ``score_name`` value in the run's own units; ``ranking`` is the same
-    times ``score_factor``, which is higher for the better run whatever the direction.
+    times ``score_factor``, which is higher for the better run whatever the direction;
+    ``lower_is_better`` says that direction (a negative factor).
     """
 
     path: Path
@@ -57,6 +59,7 @@ class RunSummary:
     score: Optional[float] = None
     ranking: Optional[float] = None
     score_epoch: Optional[int] = None
+    lower_is_better: bool = False
     epochs: Optional[int] = None
     max_epochs: Optional[int] = None
     seconds: Optional[float] = None
@@ -234,8 +237,7 @@ def read_run(path) -> RunSummary:
     manifest = _manifest(path)
     config = (manifest or {}).get("config") or _read_json(path / CONFIG_FILE) or {}
     entries = _entries(path, manifest)
-    score_name = config.get("score_name")
-    factor = config.get("score_factor") or 1
+    score_name, factor = scoring(config, "valid")
     best = _best(entries, score_name)
     params = _sweep_trial(manifest).get("params")
     return RunSummary(
@@ -244,9 +246,10 @@ def read_run(path) -> RunSummary:
         state=_state(path, manifest),
         trial=_trial(manifest),
         score_name=score_name,
-        score=best.score / factor if best is not None else None,
+        score=metric_value(best.score, factor) if best is not None else None,
         ranking=best.score if best is not None else None,
         score_epoch=best.epoch if best is not None else None,
+        lower_is_better=factor < 0,
         epochs=_trained_epochs(manifest, entries),
         max_epochs=(manifest or {}).get("max_epochs") or config.get("max_epochs"),
         seconds=_seconds(manifest),

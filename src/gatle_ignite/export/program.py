@@ -26,6 +26,7 @@ from gatle_ignite.export.failure import exporter_reason, failed_at, quiet_export
 from gatle_ignite.export.shapes import BATCH, Axis, Dims, marked_dims
 from gatle_ignite.export.source import Source
 from gatle_ignite.export.verify import flat_tensors
+from gatle_ignite.utils.batch import named_outputs
 
 __all__ = ["Traced", "exported_model", "trace"]
 
@@ -58,12 +59,10 @@ class Traced:
 
 
 def _plain(value):
-    """``value`` with every mapping a dict and every dataclass a dict of its set fields."""
-    if dataclasses.is_dataclass(value) and not isinstance(value, (type, Mapping)):
-        value = {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
-        value = {key: item for key, item in value.items() if item is not None}
-    if isinstance(value, Mapping):
-        return {key: _plain(item) for key, item in value.items()}
+    """``value`` with every mapping and dataclass a dict of its set fields."""
+    named = named_outputs(value)
+    if named is not None:
+        return {key: _plain(item) for key, item in named.items() if item is not None}
     if isinstance(value, (list, tuple)) and not hasattr(value, "_fields"):
         return type(value)(_plain(item) for item in value)
     return value

@@ -4,14 +4,14 @@ Outputs are compared key by key (nested outputs under dotted keys, as ``predict`
 each key's largest absolute difference is printed, and one beyond the tolerance fails the export.
 """
 
-import dataclasses
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Optional
 
 import torch
 
 from gatle_ignite.dispatch import ConfigError
+from gatle_ignite.utils.batch import named_outputs
 
 __all__ = [
     "EXACT",
@@ -51,10 +51,9 @@ def flat_tensors(value, prefix: str = "") -> dict:
     """
     if torch.is_tensor(value):
         return {prefix or "y_pred": value}
-    if isinstance(value, Mapping):
-        items = value.items()
-    elif dataclasses.is_dataclass(value) and not isinstance(value, type):
-        items = ((f.name, getattr(value, f.name)) for f in dataclasses.fields(value))
+    named = named_outputs(value)
+    if named is not None:
+        items = named.items()
     elif isinstance(value, (list, tuple)):
         items = enumerate(value)
     else:
