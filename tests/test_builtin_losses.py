@@ -200,8 +200,9 @@ def test_the_builtin_named_directly_trains_exactly_as_the_04_composite_of_an_own
         trainer = Trainer(0, toy_config(save_dir=str(tmp_path / name), **fields)).fit()
         runs[name] = trainer
     own, builtin = runs["own"], runs["builtin"]
-    assert own.engines["trainer"].state.metrics["train/loss_avg"] == (
-        builtin.engines["trainer"].state.metrics["train/loss_avg"]
+    assert (
+        own.engines["trainer"].state.metrics["train/loss_avg"]
+        == (builtin.engines["trainer"].state.metrics["train/loss_avg"])
     )
     assert own.engines["evaluator"].state.metrics == builtin.engines["evaluator"].state.metrics
     for a, b in zip(own.model.state_dict().values(), builtin.model.state_dict().values()):

@@ -534,6 +534,18 @@ def test_a_model_with_tied_weights_exports_them_and_its_card_says_so(tmp_path):
         _assert_same("safetensors", _outputs("safetensors", out, inputs), model(**inputs))
 
 
+def test_a_model_param_named_like_a_secret_is_left_out_of_config_json_and_the_card_says_so(
+    tmp_path,
+):
+    config, _save_dir = _sequence_task(tmp_path, hub_token="hf_abc123")
+    out = tmp_path / "exported"
+    assert _export(config, [], "safetensors", out) == 0
+    assert "hf_abc123" not in (out / "config.json").read_text()
+    card = (out / "README.md").read_text()
+    assert "hf_abc123" not in card
+    assert "| Not in config.json | `model_params.hub_token`: named like a secret" in card
+
+
 # ---- for real: a killed export, and a checkpoint two ranks wrote ----
 
 

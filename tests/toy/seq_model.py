@@ -5,7 +5,8 @@ mean over the sequence, a linear head.
 language model's does. ``positions="table"`` looks positions up in an ``nn.Embedding`` of
 ``max_len`` rows (the length is bounded by it); ``positions="fixed"`` adds a
 ``(1, max_len, dim)`` parameter, which pins the length to ``max_len``. ``output`` chooses what
-forward returns: a dict, a dataclass, or a ``transformers`` ``ModelOutput``."""
+forward returns: a dict, a dataclass, or a ``transformers`` ``ModelOutput``. ``hub_token``
+stands for a credential a model takes (to fetch weights); it is not used."""
 
 from dataclasses import dataclass
 
@@ -22,7 +23,15 @@ class Classified:
 
 class Model(nn.Module):
     def __init__(
-        self, vocab=16, dim=8, max_len=12, n_classes=3, positions="table", output="dict", tied=False
+        self,
+        vocab=16,
+        dim=8,
+        max_len=12,
+        n_classes=3,
+        positions="table",
+        output="dict",
+        tied=False,
+        hub_token=None,
     ):
         super().__init__()
         self.embed = nn.Embedding(vocab, dim)

@@ -19,7 +19,8 @@ from gatle_ignite.export.card import Artefact
 from gatle_ignite.export.failure import failed_at
 from gatle_ignite.export.source import Source
 from gatle_ignite.export.verify import EXACT, check_against_eager, described, flat_tensors
-from gatle_ignite.redaction import config_payload
+from gatle_ignite.redaction import REDACTED, config_payload
+from gatle_ignite.run.identity import flatten
 from gatle_ignite.run.loading import load_weights
 
 __all__ = ["CONFIG", "FILE", "export_safetensors", "tied_names"]
@@ -107,4 +108,20 @@ def export_safetensors(source: Source, staging: Path, cfg) -> Artefact:
 
     checks = [(described(source.inputs), source.inputs)]
     checked = check_against_eager(FILE, source.model, checks, run, EXACT)
-    return Artefact(FILE, str(EXACT), checked, extra_files=[CONFIG], rows=_tied_row(source.model))
+    rows = [*_tied_row(source.model), *_secrets_row(rebuild["model_params"])]
+    return Artefact(FILE, str(EXACT), checked, extra_files=[CONFIG], rows=rows)
+
+
+def _secrets_row(params: dict) -> list:
+    """A row naming the model_params config.json holds redacted: a rebuild must be given them."""
+    hidden = [name for name, value in flatten(params).items() if value == REDACTED]
+    if not hidden:
+        return []
+    named = ", ".join(f"`model_params.{name}`" for name in hidden)
+    return [
+        (
+            "Not in config.json",
+            f"{named}: named like a secret, so written {REDACTED}; "
+            f"pass the value yourself when you rebuild the model",
+        )
+    ]
