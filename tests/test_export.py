@@ -440,6 +440,30 @@ def test_a_length_the_model_fixes_is_one_line_and_the_export_stays_static(tmp_pa
     )
 
 
+def test_a_size_the_programs_guards_refuse_is_said_and_another_is_checked(tmp_path, capsys):
+    data = {"n": 32, "in_dim": 16, "bs": 16}
+    config, save_dir = _toy(
+        tmp_path,
+        main_runner="tests.toy.image_trainer",
+        model_name="tests.toy.conv_model",
+        train_ds_params=data,
+        valid_ds_params={**data, "seed": 1},
+    )
+    capsys.readouterr()
+    out = tmp_path / "exported"
+    # 8 pixels wide: half of it pools a map 1 wide, which the program's guard refuses.
+    assert _export(config, [], "pt2", out, "--dynamic", "pixel_values=3") == 0
+    stdout = capsys.readouterr().out
+    assert "REFUSED: pixel_values dim 3 at 4, in its range: the program's Guard failed:" in stdout
+    assert "CHECKED model.pt2 on pixel_values dim 3 at 16, a batch of 16: every output" in stdout
+    card = (out / "README.md").read_text()
+    assert "`pixel_values` dim 3, 2 and up; its guards refuse 4 (Guard failed:" in card
+    model = _best_model("tests.toy.conv_model", {}, save_dir)
+    inputs = {"pixel_values": torch.randn(3, 1, 2, 12)}
+    with torch.no_grad():
+        _assert_same("pt2", _outputs("pt2", out, inputs), model(**inputs))
+
+
 def test_a_dynamic_dimension_of_no_input_names_what_exists(tmp_path, capsys):
     config, _save_dir = _sequence_task(tmp_path, lengths=(8,))
     capsys.readouterr()

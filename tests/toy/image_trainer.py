@@ -1,4 +1,5 @@
-"""The toy task's 8 features as a one-channel 2x4 image, passed to the model as ``KEY``."""
+"""The toy task's features as a one-channel image two pixels high, passed to the model as
+``KEY``."""
 
 from gatle_ignite import BaseTrainer, to_device
 
@@ -8,5 +9,5 @@ class Trainer(BaseTrainer):
 
     def prep_batch(self, batch, split="train", **kwargs):
         x, y = batch
-        image = x.reshape(-1, 1, 2, 4)
+        image = x.reshape(len(x), 1, 2, -1)
         return to_device({"model_input": {self.KEY: image}, "targets": {"labels": y}})

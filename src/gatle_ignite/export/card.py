@@ -147,7 +147,8 @@ def _dims_rows(dims: Dims, source: Source) -> list:
         where = " and ".join(f"`{key}` dim {dim}" for key, dim in axis.positions)
         bound = f" ({axis.bound})" if axis.bound else ""
         name = "the batch: " if axis.batch else ""
-        described.append(f"{name}{where}, {axis.range_text()}{bound}")
+        refused = "".join(f"; its guards refuse {size} ({why})" for size, why in axis.refused)
+        described.append(f"{name}{where}, {axis.range_text()}{bound}{refused}")
     rows = [("Dynamic dimensions", "; ".join(described) or "none: the example's shapes only")]
     if not dims.batch_dynamic and source.rows is not None:
         rows.append(("Batch dimension", f"static ({source.rows} rows)"))

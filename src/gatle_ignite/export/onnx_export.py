@@ -13,8 +13,7 @@ import torch
 
 from gatle_ignite.export.card import Artefact
 from gatle_ignite.export.failure import failed_at, quiet_exporter
-from gatle_ignite.export.program import trace
-from gatle_ignite.export.shapes import size_checks
+from gatle_ignite.export.program import size_checks, trace
 from gatle_ignite.export.source import Source
 from gatle_ignite.export.verify import ONNX_FP32, check_against_eager, eager_outputs, flat_tensors
 
@@ -60,6 +59,6 @@ def export_onnx(source: Source, staging: Path) -> Artefact:
         return {name: torch.from_numpy(value) for name, value in zip(output_names, results)}
 
     checked = check_against_eager(
-        FILE, source.model, size_checks(source.inputs, traced.dims), run, ONNX_FP32
+        FILE, source.model, size_checks(traced, source.inputs), run, ONNX_FP32
     )
     return Artefact(FILE, str(ONNX_FP32), checked, dims=traced.dims)

@@ -23,12 +23,12 @@ from torch.export.graph_signature import InputKind, TensorArgument
 from torch.utils import _pytree
 
 from gatle_ignite.export.failure import exporter_reason, failed_at, quiet_exporter
-from gatle_ignite.export.shapes import BATCH, Axis, Dims, marked_dims
+from gatle_ignite.export.shapes import BATCH, Axis, Dims, marked_dims, resized
 from gatle_ignite.export.source import Source
-from gatle_ignite.export.verify import flat_tensors
+from gatle_ignite.export.verify import described, flat_tensors
 from gatle_ignite.utils.batch import named_outputs
 
-__all__ = ["Traced", "exported_model", "trace"]
+__all__ = ["Traced", "exported_model", "size_checks", "trace"]
 
 _aten = torch.ops.aten
 # Operators an index passes through unchanged on its way from arange to an embedding.
@@ -287,3 +287,36 @@ def _say(dims: Dims, rows, marked: dict) -> None:
         print(f"BATCH: static, {rows} rows: the model fixes the batch dimension")
     for key, dim, size, why in dims.fixed():
         print(f"STATIC: {key} dim {dim} stays {size}: the model fixes it ({why})")
+
+
+def size_checks(traced: Traced, inputs: dict) -> list:
+    """``[(what it is, inputs)]``: the example, then each dynamic axis at another size that the
+    program takes. A size in the axis's range that its guards refuse (torch keeps a guard
+    where a size of 1 would change how the model broadcasts) is said, and the next is tried."""
+    checks = [(described(inputs), inputs)]
+    module = traced.program.module() if traced.dims.axes else None
+    for axis in traced.dims.axes:
+        for size in axis.other_sizes():
+            other = resized(inputs, axis.positions, size)
+            refusal = _refusal(module, other)
+            if refusal is None:
+                on = (
+                    described(other) if axis.batch else f"{axis.name} at {size}, {described(other)}"
+                )
+                checks.append((on, other))
+                break
+            axis.refused.append((size, refusal))
+            print(f"REFUSED: {axis.name} at {size}, in its range: the program's {refusal}")
+    return checks
+
+
+def _refusal(module, inputs: dict) -> Optional[str]:
+    """The guard the program fails on ``inputs``; None when it runs (or fails otherwise, which
+    the check then reports)."""
+    try:
+        with quiet_exporter(), torch.no_grad():
+            module(**inputs)
+    except Exception as error:
+        first = next(iter(str(error).splitlines()), "")
+        return first if first.startswith("Guard failed") else None
+    return None

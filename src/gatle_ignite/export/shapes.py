@@ -18,7 +18,7 @@ from typing import Optional
 import torch
 
 from gatle_ignite.dispatch import ConfigError
-from gatle_ignite.export.verify import described, flat_tensors
+from gatle_ignite.export.verify import flat_tensors
 
 __all__ = [
     "BATCH",
@@ -28,7 +28,6 @@ __all__ = [
     "named_dims",
     "parse_dynamic",
     "resized",
-    "size_checks",
     "varying_dims",
 ]
 
@@ -52,6 +51,8 @@ class Axis:
     # Why ``high`` is what it is, when there is a bound.
     bound: str = ""
     batch: bool = False
+    # [(size, why)]: sizes in the range that the program's guards refused when checked.
+    refused: list = field(default_factory=list)
 
     @property
     def name(self) -> str:
@@ -65,15 +66,16 @@ class Axis:
             return f"{self.low} and up"
         return f"{self.low} to {self.high}"
 
-    def other_size(self) -> Optional[int]:
-        """A second size to check the program at: half the example's, else twice it, else the
-        bound; None when the range holds no other size."""
+    def other_sizes(self) -> list:
+        """Sizes to check the program at besides the example's, in order of preference: half
+        the example's, twice it, the bound."""
         low = max(self.low, _SMALLEST_DYNAMIC)
+        sizes = []
         for size in (self.size // 2, self.size * 2, self.high):
             fits = size is not None and size >= low and (self.high is None or size <= self.high)
-            if fits and size != self.size:
-                return size
-        return None
+            if fits and size not in (self.size, *sizes):
+                sizes.append(size)
+        return sizes
 
 
 @dataclass
@@ -204,16 +206,3 @@ def _resize(tensor: torch.Tensor, dim: int, size: int) -> torch.Tensor:
         repeats[dim] = -(-size // have)
         tensor = tensor.repeat(*repeats)
     return tensor.narrow(dim, 0, size)
-
-
-def size_checks(inputs: dict, dims: Dims) -> list:
-    """``[(what it is, inputs)]``: the example, then each dynamic axis at another size."""
-    checks = [(described(inputs), inputs)]
-    for axis in dims.axes:
-        size = axis.other_size()
-        if size is None:
-            continue
-        other = resized(inputs, axis.positions, size)
-        on = described(other) if axis.batch else f"{axis.name} at {size}, {described(other)}"
-        checks.append((on, other))
-    return checks
