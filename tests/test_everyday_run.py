@@ -79,7 +79,7 @@ def test_a_model_input_key_a_transformers_model_does_not_name_is_one_clear_error
     _refused_before_training(
         train(_config(tmp_path, "tests.toy.bad_trainers.image_key", **HF_IMAGE)),
         "does not accept the model_input keys ['img'] that prep_batch (",
-        "tests/toy/image_trainer.py:9) returned",
+        "tests/toy/image_trainer.py:10) returned",
         "ResNetForImageClassification.forward names ['pixel_values', 'labels', "
         "'output_hidden_states', 'return_dict']; not ['img'].",
     )
