@@ -31,7 +31,8 @@ usage forms:
   gatle-ignite predict --config=CFG.py --out FILE [--ckpt best|latest|PATH] [--split SPLIT]
                        [--with-targets]
   gatle-ignite export --config=CFG.py --format safetensors|pt2|onnx --out DIR
-                      [--ckpt best|latest|PATH] [--weights eval|raw] [--force]
+                      [--ckpt best|latest|PATH] [--weights eval|raw] [--dynamic KEY=DIM,...]
+                      [--force]
   gatle-ignite lr-find --config=CFG.py [--start-lr LR] [--end-lr LR] [--num-iter N] [--out PNG]
   gatle-ignite plot DIR [DIR ...] --out FILE.png [--best K]
   gatle-ignite consolidate SRC.dcp OUT.pt

@@ -118,7 +118,7 @@ def _loading(fmt: str, out: Path, cfg, source: Source, artefact: Artefact) -> st
         return (
             f"import torch\n\n"
             f'program = torch.export.load("{path}")\n'
-            f"outputs = program.module()({call})  # a dict, as the model returns"
+            f"outputs = program.module()({call})  # a dict of the model's outputs, by name"
         )
     feeds = ", ".join(f'"{name}": ...' for name in flat_tensors(source.inputs))
     names = ", ".join(artefact.checked[0][1])
