@@ -54,6 +54,13 @@ def _export(config, overrides, fmt, out, *flags) -> int:
     return main(["export", *args, "--format", fmt, "--out", str(out), *flags])
 
 
+def _exported(capsys, config, fmt, out, *flags, overrides=()) -> tuple:
+    """Export as the CLI does, expecting success: ``(what it printed, the model card)``."""
+    capsys.readouterr()
+    assert _export(config, list(overrides), fmt, out, *flags) == 0
+    return capsys.readouterr().out, (out / "README.md").read_text()
+
+
 def _no_dir_left(out) -> bool:
     """Neither ``out`` nor a staging directory beside it."""
     return not out.exists() and not list(out.parent.glob(f".{out.name}.*"))
@@ -372,10 +379,8 @@ def test_a_length_that_varies_between_batches_is_dynamic_and_checked_at_two_leng
     tmp_path, capsys, fmt
 ):
     config, save_dir = _sequence_task(tmp_path)
-    capsys.readouterr()
     out = tmp_path / "exported"
-    assert _export(config, [], fmt, out) == 0
-    stdout = capsys.readouterr().out
+    stdout, card = _exported(capsys, config, fmt, out)
     assert "BATCH: dynamic (traced on 8 rows)" in stdout
     assert (
         "DYNAMIC: ids dim 1 (with mask dim 1): traced at 8, takes 2 to 12 (it varies between "
@@ -392,7 +397,6 @@ def test_a_length_that_varies_between_batches_is_dynamic_and_checked_at_two_leng
         inputs = _sequence(rows, length)
         with torch.no_grad():
             _assert_same(fmt, _outputs(fmt, out, inputs), model(**inputs))
-    card = (out / "README.md").read_text()
     assert (
         "| Dynamic dimensions | the batch: `ids` dim 0 and `mask` dim 0, 2 and up; `ids` dim 1 "
         "and `mask` dim 1, 2 to 12 (the position table pos.weight has 12 rows) |" in card
@@ -428,13 +432,9 @@ def test_a_fixed_length_is_static_unless_the_config_or_the_flag_names_it(tmp_pat
 
 def test_a_length_the_model_fixes_is_one_line_and_the_export_stays_static(tmp_path, capsys):
     config, _save_dir = _sequence_task(tmp_path, lengths=(8,), max_len=8, positions="fixed")
-    capsys.readouterr()
-    out = tmp_path / "exported"
-    assert _export(config, [], "pt2", out, "--dynamic", "ids=1") == 0
-    stdout = capsys.readouterr().out
+    stdout, card = _exported(capsys, config, "pt2", tmp_path / "exported", "--dynamic", "ids=1")
     assert "STATIC: ids dim 1 stays 8: the model fixes it (named by --dynamic)" in stdout
     assert "BATCH: dynamic (traced on 8 rows)" in stdout
-    card = (out / "README.md").read_text()
     assert (
         "| Static dimensions | `ids` dim 1 = 8 (named by --dynamic): the model fixes them |" in card
     )
@@ -449,14 +449,11 @@ def test_a_size_the_programs_guards_refuse_is_said_and_another_is_checked(tmp_pa
         train_ds_params=data,
         valid_ds_params={**data, "seed": 1},
     )
-    capsys.readouterr()
     out = tmp_path / "exported"
     # 8 pixels wide: half of it pools a map 1 wide, which the program's guard refuses.
-    assert _export(config, [], "pt2", out, "--dynamic", "pixel_values=3") == 0
-    stdout = capsys.readouterr().out
+    stdout, card = _exported(capsys, config, "pt2", out, "--dynamic", "pixel_values=3")
     assert "REFUSED: pixel_values dim 3 at 4, in its range: the program's Guard failed:" in stdout
     assert "CHECKED model.pt2 on pixel_values dim 3 at 16, a batch of 16: every output" in stdout
-    card = (out / "README.md").read_text()
     assert "`pixel_values` dim 3, 2 and up; its guards refuse 4 (Guard failed:" in card
     model = _best_model("tests.toy.conv_model", {}, save_dir)
     inputs = {"pixel_values": torch.randn(3, 1, 2, 12)}
