@@ -105,6 +105,22 @@ def test_each_stage_is_named_when_it_fails(tmp_path, capsys, fields, stage):
     assert not (tmp_path / "run").exists()
 
 
+def test_a_key_a_library_model_does_not_name_and_its_own_error_in_a_dry_run(tmp_path, capsys):
+    pytest.importorskip("transformers")
+    model = {"model_name": "tests.toy.hf_image_model"}
+    config = _config(tmp_path, main_runner="tests.toy.bad_trainers.image_key", **model)
+    assert main(["config", "--dry-run", f"--config={config}"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("\nconfig error: dry run failed at forward (train split): the model's ")
+    assert "does not accept the model_input keys ['img'] that prep_batch (" in err
+    # Three channels for one: the library's own line, named as such, then the task's.
+    config = _config(tmp_path, main_runner="tests.toy.image_trainer", **model)
+    assert main(["config", "--dry-run", f"--config={config}"]) == 2
+    err = capsys.readouterr().err
+    assert "ValueError: Make sure that the channel dimension" in err
+    assert "\n  raised inside transformers: transformers/models/resnet/modeling_resnet.py:" in err
+
+
 def test_a_task_s_own_step_runs_whole(tmp_path, capsys):
     runner = _toy_trainer_with(
         tmp_path,

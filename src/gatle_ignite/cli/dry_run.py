@@ -93,7 +93,7 @@ def _default_step(trainer, spec, batch) -> dict:
         model_input = x["model_input"]
     print(f"  model_input: {describe(model_input)}")
     with _stage("forward", spec), torch.no_grad(), _autocast(trainer):
-        y_pred = trainer.forward(model_input)
+        y_pred = trainer._forward_explained(model_input)
     print(f"  output:      {describe(y_pred)}")
     output = {"y_pred": y_pred, "target": x}
     if spec.with_losses:
