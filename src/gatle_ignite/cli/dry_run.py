@@ -74,9 +74,10 @@ def _stage(stage: str, spec: Optional[EngineSpec] = None):
     except Exception as error:
         where = f" ({_where_run(spec)})" if spec else ""
         what = str(error) if isinstance(error, ConfigError) else f"{type(error).__name__}: {error}"
-        raise ConfigError(
-            f"dry run failed at {stage}{where}: {what}{where_raised(error)}"
-        ) from None
+        # A note the trainer added (the config that built a library's model) says the fix.
+        notes = "".join(f"\n  {note}" for note in getattr(error, "__notes__", ()))
+        lines = where_raised(error, library_line=not notes)
+        raise ConfigError(f"dry run failed at {stage}{where}: {what}{lines}{notes}") from None
 
 
 def _autocast(trainer):

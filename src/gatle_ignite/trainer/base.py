@@ -315,7 +315,7 @@ class BaseTrainer:
             problem = explain_forward_error(self.model, model_input, error, self.prep_batch)
             if problem is not None:
                 raise problem from error
-            note_library_error(error, self.cfg, model_input)
+            note_library_error(error, self.cfg, self.model, model_input)
             raise
 
     def _loss_explained(self, y_pred, target, iteration):

@@ -107,15 +107,29 @@ def _first_line(error) -> str:
     return next(iter(str(error).splitlines()), "")
 
 
-def note_library_error(error: Exception, cfg, model_input: Mapping) -> None:
+def note_library_error(error: Exception, cfg, model, model_input: Mapping) -> None:
     """Add to an error the model's forward raised inside a library (``timm``, ``transformers``)
-    the config that built the model and the inputs it was given."""
+    the config that built the model, the field the message likely speaks of, and the inputs."""
     from gatle_ignite.utils.frames import add_note, library_note
 
     built = f"in the model built from model_name = {cfg.model_name!r} and"
-    note = library_note(error, "model_params", cfg.get("model_params", None), built)
+    params = cfg.get("model_params", None)
+    note = library_note(error, "model_params", params, built, _library_config(model))
     if note is not None:
         add_note(error, f"{note}\n  model_input: {_tensor_shapes(model_input)}")
+
+
+def _library_config(model) -> dict:
+    """The scalar settings a library's model keeps of its own (a ``transformers`` config)."""
+    _forward, inner = _forward_of(model)
+    to_dict = getattr(getattr(inner, "config", None), "to_dict", None)
+    if not callable(to_dict):
+        return {}
+    try:
+        settings = to_dict()
+    except Exception:
+        return {}
+    return {k: v for k, v in settings.items() if isinstance(v, (int, float, str))}
 
 
 def _tensor_shapes(model_input: Mapping) -> str:

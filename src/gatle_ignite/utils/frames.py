@@ -74,11 +74,12 @@ def library_frame(error: BaseException) -> Optional[tuple]:
     return package, inside, innermost
 
 
-def where_raised(error: BaseException) -> str:
+def where_raised(error: BaseException, library_line: bool = True) -> str:
     """``\\n  at FILE:LINE, in NAME`` for the innermost line of the task's own code, after the
-    library's own line when the error was raised inside a library; empty when neither."""
+    library's own line when the error was raised inside a library (and ``library_line``);
+    empty when neither."""
     lines = []
-    library = library_frame(error)
+    library = library_frame(error) if library_line else None
     if library is not None:
         package, inside, frame = library
         lines.append(f"\n  raised inside {package}: {inside}:{frame.lineno}, in {frame.name}")
@@ -124,10 +125,13 @@ def _suspects(message: str, params) -> list:
     return [name for name, score in scored.items() if score == best and best > 0]
 
 
-def library_note(error: BaseException, field: str, params, built: str) -> Optional[str]:
+def library_note(
+    error: BaseException, field: str, params, built: str, defaults=None
+) -> Optional[str]:
     """A note for ``error`` when it was raised inside a library: the config field whose params
-    built the object that raised it (``built`` leads to it: "while building X from"), and
-    the likeliest of its fields; None otherwise."""
+    built the object that raised it (``built`` leads to it: "while building X from"), and the
+    likeliest of its fields, else of the object's own ``defaults`` the params leave as they
+    are (a ``transformers`` model's config); None when no library raised it."""
     from gatle_ignite.callbacks.run_record import shown_value
 
     library = library_frame(error)
@@ -144,7 +148,15 @@ def library_note(error: BaseException, field: str, params, built: str) -> Option
     if likely:
         fields = ", ".join(f"{field}.{name}" for name in likely)
         its = "its" if len(likely) == 1 else "their"
-        note += f"\n  The message speaks of {fields}: check {its} value."
+        return note + f"\n  The message speaks of {fields}: check {its} value."
+    unset = {k: v for k, v in (defaults or {}).items() if k not in params}
+    likely = _suspects(str(error), unset)
+    if likely:
+        held = ", ".join(f"{name} = {unset[name]!r}" for name in likely)
+        note += (
+            f"\n  The message speaks of {held}, which {field} leaves at the model's own "
+            f"default: set {field}.{likely[0]} for your data."
+        )
     return note
 
 
