@@ -132,7 +132,7 @@ def library_note(
     built the object that raised it (``built`` leads to it: "while building X from"), and the
     likeliest of its fields, else of the object's own ``defaults`` the params leave as they
     are (a ``transformers`` model's config); None when no library raised it."""
-    from gatle_ignite.callbacks.run_record import shown_value
+    from gatle_ignite.redaction import shown_value
 
     library = library_frame(error)
     if library is None:
