@@ -209,3 +209,15 @@ def test_shapes_that_fit_no_rule_are_a_config_error_naming_them():
 def test_an_average_f1_cannot_take_is_refused_when_built():
     with pytest.raises(ConfigError, match="average='weighted'"):
         f1.get_metric("valid", {}, average="weighted")
+
+
+@pytest.mark.parametrize("module", [accuracy, precision, f1, top_k_accuracy])
+def test_a_batch_of_padding_alone_changes_nothing(module):
+    gen = torch.Generator().manual_seed(0)
+    padding = _step({"logits": torch.randn(2, 3, 5)}, labels=torch.full((2, 3), IGNORE))
+    tokens = _step(
+        {"logits": torch.randn(2, 3, 5, generator=gen)},
+        labels=torch.randint(0, 5, (2, 3), generator=gen),
+    )
+    with_padding = _run(module.get_metric("valid", {}, ignore_index=IGNORE), [padding, tokens])
+    assert with_padding == _run(module.get_metric("valid", {}, ignore_index=IGNORE), [tokens])

@@ -231,6 +231,22 @@ def test_config_and_train_refuse_a_mistake_alike_and_create_nothing(
     assert not save_dir.exists()
 
 
+def test_a_module_named_like_a_builtin_failing_on_its_own_import_is_not_sent_to_the_builtin(
+    tmp_path, capsys
+):
+    (tmp_path / PACKAGE / "accuracy.py").write_text("import gi_test_package_not_installed\n")
+    metrics = {"acc": {"cls_name": f"{PACKAGE}.accuracy"}}
+    config = write_toy_config(
+        tmp_path / "cfg.py", save_dir=str(tmp_path / "run"), val_metrics=metrics
+    )
+    code, _out, err = _run(capsys, "config", config)
+    assert code == 2
+    verdict = _verdict(err)
+    assert "No module named 'gi_test_package_not_installed'" in verdict
+    assert "install the missing package" in verdict
+    assert "gatle_ignite.metrics.accuracy" not in verdict
+
+
 # Values a built-in hands to torch (a negative lr) are checked when it is built: the dry run's.
 # fp16 needs a CUDA device, which is where the run is, not what the config says.
 BUILT_VALUES = ("optimizer_params.lr",)
@@ -328,7 +344,7 @@ def test_what_the_components_take_passes_and_trains(tmp_path, capsys, own, overr
     for command in ("config", "train"):
         code, out, err = _run(capsys, command, config, *overrides)
         assert code == 0, (command, err)
-    assert "RUN COMPLETED" in out
+    assert "TRAINING COMPLETE after" in out
 
 
 # ----------------------------------------------------------------------------- the dry run

@@ -146,3 +146,16 @@ def test_score_mode_is_an_override_and_config_shows_it(tmp_path, capsys):
     assert main(["config", f"--config={config}", "--override=score_mode=min"]) == 0
     out = capsys.readouterr().out
     assert "score_mode: min" in out and "score_factor: -1" in out
+
+
+def test_a_04_run_resumes_under_score_mode_said_in_words(tmp_path, capsys):
+    save_dir, _out = _train(capsys, tmp_path, "old", score_factor=-1, **{**LOWER, "max_epochs": 1})
+    config = tmp_path / "old.py"
+    code = main(
+        ["train", f"--config={config}", "--override=resume=True", "--override=max_epochs=2"]
+        + ["--override=score_mode=min"]
+    )
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "valid/loss" in out and "(lower is better)" in out
+    assert (save_dir / "latest_epoch_checkpoint_2.pt").exists()

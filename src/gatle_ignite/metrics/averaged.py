@@ -3,17 +3,36 @@ positive class of a binary task. Their shared ``get_metric``."""
 
 from typing import Any, Callable, Optional, Union
 
+from ignite import metrics
 from ignite.metrics import Metric
 
 from gatle_ignite.dispatch import ConfigError
 from gatle_ignite.losses.reading import Name
 from gatle_ignite.metrics.transforms import DECISIONS, TWO_CLASSES, classified
 
-__all__ = ["AVERAGES", "averaged_metric", "ignite_averaged"]
+__all__ = ["AVERAGES", "Precision", "Recall", "averaged_metric", "ignite_averaged"]
 
 # "binary": the positive class of one score per target. False: one value per class. The others
 # are ignite's averages over the classes; one score per target counts two classes, 0 and 1.
 AVERAGES = ("macro", "micro", "weighted", False, "binary")
+
+
+class _SkipsEmpty:
+    """Leaves out a batch with nothing to count (every target ``ignore_index``), on which
+    ignite's precision and recall fail; the split's counts are the same without it."""
+
+    def update(self, output: tuple) -> None:
+        if output[1].numel():
+            super().update(output)
+
+
+class Precision(_SkipsEmpty, metrics.Precision):
+    """ignite's ``Precision``, leaving out a batch with nothing to count."""
+
+
+class Recall(_SkipsEmpty, metrics.Recall):
+    """ignite's ``Recall``, leaving out a batch with nothing to count."""
+
 
 _AVERAGE_DOC = """
 

@@ -4,9 +4,9 @@
 from typing import Union
 
 import torch
-from ignite.metrics import Fbeta, Precision, Recall
+from ignite.metrics import Fbeta
 
-from gatle_ignite.metrics.averaged import averaged_metric
+from gatle_ignite.metrics.averaged import Precision, Recall, averaged_metric
 
 __all__ = ["KWARGS_GO_TO", "get_metric"]
 

@@ -1,9 +1,7 @@
 """Recall over the split: averaged over the classes (macro, by default), per class, or of the
 positive class of a binary task."""
 
-from ignite.metrics import Recall
-
-from gatle_ignite.metrics.averaged import AVERAGES, averaged_metric, ignite_averaged
+from gatle_ignite.metrics.averaged import AVERAGES, Recall, averaged_metric, ignite_averaged
 
 __all__ = ["KWARGS_GO_TO", "get_metric"]
 
