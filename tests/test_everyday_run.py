@@ -73,15 +73,34 @@ def test_a_model_refusing_the_model_input_keys_is_one_clear_error(tmp_path, trai
 HF_IMAGE = {"model_name": "tests.toy.hf_image_model"}
 
 
-def test_a_model_input_key_a_transformers_model_does_not_name_is_one_clear_error(tmp_path, train):
-    pytest.importorskip("transformers")
-    # forward(pixel_values=None, ..., **kwargs) takes `img` unnamed, then fails on its own.
+def test_a_model_input_key_a_pass_through_forward_refuses_is_one_clear_error(tmp_path, train):
+    # forward(**inputs) takes `inputs`; the model it passes them to refuses the keyword.
+    model = {"model_name": "tests.toy.kwargs_model"}
     _refused_before_training(
-        train(_config(tmp_path, "tests.toy.bad_trainers.image_key", **HF_IMAGE)),
-        "does not accept the model_input keys ['img'] that prep_batch (",
-        "tests/toy/image_trainer.py:10) returned",
+        train(_config(tmp_path, "tests.toy.bad_trainers.wrong_keys", **model)),
+        "does not accept the model_input keys ['inputs'] that prep_batch (",
+        "tests/toy/bad_trainers/wrong_keys.py:7) returned",
+        "got an unexpected keyword argument 'inputs'",
+        "tests.toy.kwargs_model.Model.forward names []; not ['inputs'].",
+    )
+
+
+@pytest.mark.skipif(sys.version_info < (3, 11), reason="exception notes are Python 3.11's")
+def test_a_model_input_key_a_transformers_model_takes_unnamed_is_noted_on_its_error(
+    tmp_path, train
+):
+    pytest.importorskip("transformers")
+    # forward(pixel_values=None, ..., **kwargs) takes `img` unnamed, then fails on its own:
+    # its error stands, with the keys and the parameters beside it.
+    config = _config(tmp_path, "tests.toy.bad_trainers.image_key", **HF_IMAGE)
+    printed = _raised(lambda: train(config))
+    assert "AttributeError: 'NoneType' object has no attribute 'shape'" in printed
+    assert (
+        "Of the model_input keys ['img'] that prep_batch (" in printed
+        and "tests/toy/image_trainer.py:10) returned, transformers.models.resnet.modeling_resnet."
         "ResNetForImageClassification.forward names ['pixel_values', 'labels', "
-        "'output_hidden_states', 'return_dict']; not ['img'].",
+        "'output_hidden_states', 'return_dict']; not ['img'], which its **kwargs took."
+        in printed
     )
 
 

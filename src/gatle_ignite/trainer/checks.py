@@ -68,13 +68,15 @@ def _where_defined(function) -> str:
 
 
 def explain_forward_error(model, model_input: Mapping, error=None, prep_batch=None):
-    """The error to raise when the model's forward failed on ``model_input`` keys it does not
-    name as parameters, else None.
+    """The error to raise when the model's forward failed on a ``model_input`` key it does not
+    take, else None.
 
-    Called after forward raised ``error``: a key its signature refuses, or one a ``**kwargs``
-    forward takes unnamed (a ``transformers`` model, which then fails on a missing input),
-    is explained with ``prep_batch``'s keys and forward's parameters; any other error keeps
-    its own traceback.
+    Called after forward raised ``error``. A key its signature refuses, or one a pass-through
+    (a compiled model, a ``**kwargs`` wrapper) reports as an unexpected keyword, is explained
+    with ``prep_batch``'s keys, where ``prep_batch`` is, and forward's parameters. A key a
+    ``**kwargs`` forward takes unnamed may or may not be the cause (a ``transformers`` model
+    then fails on the input it missed; another error may be its own): ``error`` keeps its
+    traceback and gets a note saying so.
     """
     forward, inner = _forward_of(model)
     try:
@@ -86,18 +88,27 @@ def explain_forward_error(model, model_input: Mapping, error=None, prep_batch=No
     unnamed = [key for key in model_input if key not in named]
     try:
         signature.bind(**model_input)
-        refused = None
+        why = None
     except TypeError as refusal:
-        refused = refusal
-    if refused is None and not unnamed:
+        why = refusal
+    unexpected = isinstance(error, TypeError) and any(
+        f"unexpected keyword argument '{key}'" in str(error) for key in unnamed
+    )
+    if why is None and unexpected:
+        why = _first_line(error)
+    if why is None and not unnamed:
         return None
     where = _where_defined(prep_batch) if prep_batch is not None else ""
-    model_name = f"{type(inner).__module__}.{type(inner).__qualname__}"
-    why = refused if refused is not None else f"{type(error).__name__}: {_first_line(error)}"
+    keys = f"the model_input keys {sorted(model_input)} that prep_batch{where} returned"
+    names = f"{type(inner).__module__}.{type(inner).__qualname__}.forward names {named}"
+    if why is None:
+        from gatle_ignite.utils.frames import add_note
+
+        add_note(error, f"Of {keys}, {names}; not {unnamed}, which its **kwargs took.")
+        return None
     return ParamsError(
-        f"the model's forward{signature} does not accept the model_input keys "
-        f"{sorted(model_input)} that prep_batch{where} returned ({why}).\n"
-        f"  {model_name}.forward names {named}; not {unnamed}.\n"
+        f"the model's forward{signature} does not accept {keys} ({why}).\n"
+        f"  {names}; not {unnamed}.\n"
         f"  Make prep_batch's model_input keys match forward's arguments, or the other way "
         f"round."
     )
