@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -318,6 +319,75 @@ def test_a_directory_holding_files_is_refused_unless_forced(tmp_path, capsys):
     assert not list(tmp_path.glob(".exported.*"))
 
 
+def test_force_over_a_link_replaces_the_link_and_leaves_nothing_beside_it(tmp_path, capsys):
+    """The link is what steps aside, and it is removed as a link: the directory it points to
+    keeps its files, and no ``.exported.replaced-*`` stays behind."""
+    config, _save_dir = _toy(tmp_path)
+    elsewhere = tmp_path / "v1"
+    elsewhere.mkdir()
+    (elsewhere / "notes.txt").write_text("mine")
+    out = tmp_path / "exported"
+    out.symlink_to(elsewhere, target_is_directory=True)
+    assert _export(config, [], "pt2", out, "--force") == 0
+    assert not out.is_symlink() and sorted(os.listdir(out)) == ["README.md", "model.pt2"]
+    assert (elsewhere / "notes.txt").read_text() == "mine"
+    assert not list(tmp_path.glob(".exported.*"))
+
+
+_STAGE_THEN = """
+import os, signal, sys, time
+from pathlib import Path
+from gatle_ignite.export.directory import staged
+with staged(Path(sys.argv[1])) as staging:
+    (staging / "model.pt2").write_bytes(b"half")
+    print(staging, flush=True)
+    if sys.argv[2] == "die":
+        os.kill(os.getpid(), signal.SIGKILL)
+    time.sleep(600)
+"""
+
+
+def _staging_process(out, then: str):
+    """A real process that is writing an export into ``out``'s staging directory: SIGKILLed
+    there (``die``), or still at it (``live``). Returns it and its staging directory."""
+    process = subprocess.Popen(
+        [sys.executable, "-c", _STAGE_THEN, str(out), then],
+        cwd=ROOT,
+        env=child_env(),
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    staging = Path(process.stdout.readline().strip())
+    assert staging.parent == out.parent and staging.name.startswith(f".{out.name}.partial-")
+    return process, staging
+
+
+def test_an_export_removes_what_killed_exports_left_and_spares_a_live_one(tmp_path, capsys):
+    config, _save_dir = _toy(tmp_path)
+    live, live_staging = _staging_process(tmp_path / "other", "live")
+    killed, dead_staging = _staging_process(tmp_path / "exported", "die")
+    assert killed.wait(timeout=60) == -signal.SIGKILL
+    # An old DIR set aside by a --force killed before removing it: its replacement is there.
+    (tmp_path / "exported").mkdir()
+    set_aside = tmp_path / ".exported.replaced-00000000-1-0a1b2c3d"
+    set_aside.mkdir()
+    # One whose replacement never came: the only copy left, kept.
+    only_copy = tmp_path / ".gone.replaced-00000000-1-0a1b2c3d"
+    only_copy.mkdir()
+    try:
+        assert dead_staging.is_dir() and live_staging.is_dir()
+        capsys.readouterr()
+        assert _export(config, [], "pt2", tmp_path / "exported", "--force") == 0
+        out = capsys.readouterr().out
+        assert f"REMOVED {dead_staging}: what an export killed before it finished left" in out
+        assert not dead_staging.exists() and not set_aside.exists()
+        assert live_staging.is_dir() and (live_staging / "model.pt2").read_bytes() == b"half"
+        assert only_copy.is_dir()
+    finally:
+        live.kill()
+        live.wait(timeout=60)
+
+
 def test_an_empty_directory_is_filled_and_a_file_is_refused(tmp_path, capsys):
     config, _save_dir = _toy(tmp_path)
     empty = tmp_path / "empty"
@@ -595,10 +665,11 @@ def test_an_export_killed_while_writing_leaves_no_dir(tmp_path):
         time.sleep(0.01)
     os.killpg(process.pid, signal.SIGKILL)
     process.wait(timeout=60)
-    assert not out.exists()
-    # The next export is not stopped by what the killed one left.
+    assert not out.exists() and list(tmp_path.glob(".exported.partial-*"))
+    # The next export is not stopped by what the killed one left, and removes it.
     assert _export(config, [], "onnx", out) == 0
     assert (out / "model.onnx").is_file()
+    assert not list(tmp_path.glob(".exported.*"))
 
 
 @pytest.mark.slow

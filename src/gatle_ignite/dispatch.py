@@ -29,10 +29,14 @@ class ConfigError(Exception):
 def report_config_error(error: ConfigError) -> None:
     """Print ``config error: ...`` on stderr: the message and its fix, no traceback."""
     from gatle_ignite.redaction import redact_text  # ml_collections: not for `--version`
+    from gatle_ignite.utils.escapes import escaped
 
-    # The last line of defence: a message built anywhere may quote a URL with credentials.
+    # The last line of defence: a message built anywhere may quote a URL with credentials, or
+    # a name from a file someone else wrote with control characters in it.
     print(file=sys.stderr)
-    print(f"config error: {redact_text(str(error))}", file=sys.stderr, flush=True)
+    print(
+        f"config error: {escaped(redact_text(str(error)), lines=True)}", file=sys.stderr, flush=True
+    )
 
 
 # (label, entrypoint, contract, top-level fields check_dispatch resolves against the entrypoint)

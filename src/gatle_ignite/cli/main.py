@@ -2,6 +2,7 @@
 
 import argparse
 import os
+import signal
 import sys
 import threading
 import time
@@ -400,6 +401,16 @@ def _process_age() -> float:
         return 0.0
 
 
+def _stdout_closed() -> int:
+    """End as a Unix tool ends when the reader of its output went away (``runs | head -1``):
+    quietly, with the status of a process that SIGPIPE ended."""
+    # Whatever is still buffered for the closed pipe would fail again at exit, loudly.
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return 128 + signal.SIGPIPE
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Run the CLI on ``argv`` (default ``sys.argv[1:]``) and return the exit code."""
     from gatle_ignite.trainer.preemption import EXIT_INTERRUPTED, Interrupted, Preempted
@@ -412,7 +423,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     show_framework_warnings_plainly()
     _show_tracebacks_redacted()
     try:
-        return _run_command(args)
+        code = _run_command(args)
+        sys.stdout.flush()  # here, where a closed pipe is caught, not at the interpreter's exit
+        return code
+    except BrokenPipeError:
+        return _stdout_closed()
     except ConfigError as error:
         report_config_error(error)
         return 2

@@ -8,6 +8,7 @@ Optuna's own plots beside the curves.
 """
 
 import csv
+import io
 import math
 import os
 import re
@@ -19,6 +20,7 @@ from typing import NamedTuple, Optional, Union
 
 from gatle_ignite.dispatch import ConfigError
 from gatle_ignite.experiments.runs import best_first, read_run, runs_in
+from gatle_ignite.run.filesystem import UnsafeFile, read_confined
 from gatle_ignite.run.scores import LOWER_IS_BETTER
 
 __all__ = [
@@ -34,6 +36,9 @@ __all__ = [
 ]
 
 HISTORY_FILE = "metrics.csv"
+# The most of a metrics.csv read: some 4 million rows, far beyond a long run logging every few
+# iterations; and the bound on what a planted one costs.
+HISTORY_LIMIT = 256 << 20
 _COLUMNS = ("epoch", "step", "name", "value")
 # A series this short is drawn with markers, so its few epoch points stay visible.
 _MARKED_POINTS = 50
@@ -75,23 +80,39 @@ def read_history(run_dir: Union[str, os.PathLike]) -> dict:
 
 
 def read_history_file(path: Union[str, os.PathLike]) -> dict:
-    """``{metric name: [Point, ...]}`` in file order; non-numeric values are left out."""
+    """``{metric name: [Point, ...]}`` in file order; non-numeric values are left out.
+
+    Read as a run directory is read (``run.filesystem.read_confined``): a regular file of at
+    most ``HISTORY_LIMIT`` bytes, never through a link out of its directory.
+    """
     history = defaultdict(list)
-    with open(path, newline="", encoding="utf-8") as handle:
-        rows = csv.DictReader(handle)
+    try:
+        text = read_confined(path, HISTORY_LIMIT).decode("utf-8")
+    except (UnsafeFile, UnicodeDecodeError) as error:
+        raise ConfigError(f"{path} cannot be read as a metrics history: {error}.") from None
+    rows = csv.DictReader(io.StringIO(text, newline=""))
+    try:
         if not set(_COLUMNS) <= set(rows.fieldnames or ()):
             raise ConfigError(
                 f"{path} is not a metrics history: its header is {rows.fieldnames}, and it "
                 f"needs the columns {', '.join(_COLUMNS)}."
             )
         for row in rows:
-            try:
-                value = float(row["value"])
-            except (TypeError, ValueError):
-                continue  # a list-valued metric (a confusion matrix) has no curve
-            point = Point(_whole_number(row["step"]), _whole_number(row["epoch"]), value)
-            history[row["name"]].append(point)
+            point = _point(row)
+            if point is not None:
+                history[row["name"]].append(point)
+    except csv.Error as error:
+        raise ConfigError(f"{path} is not a readable metrics history: {error}.") from None
     return dict(history)
+
+
+def _point(row: dict) -> Optional[Point]:
+    """The row's point; None for a value that is not a number (a list-valued metric, such as a
+    confusion matrix, has no curve) or a row whose step or epoch is not one."""
+    try:
+        return Point(_whole_number(row["step"]), _whole_number(row["epoch"]), float(row["value"]))
+    except (TypeError, ValueError, OverflowError):
+        return None
 
 
 def _labels(run_dirs: Sequence, trials: Optional[dict] = None) -> list:

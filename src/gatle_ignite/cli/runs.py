@@ -8,6 +8,7 @@ from typing import Optional
 
 from gatle_ignite.experiments.runs import RunSummary, differing_params, read_runs
 from gatle_ignite.run.scores import LOWER_IS_BETTER
+from gatle_ignite.utils.escapes import escaped
 
 __all__ = ["PROVENANCE_COLUMNS", "rows", "run_runs"]
 
@@ -27,11 +28,13 @@ PROVENANCE_COLUMNS = (
 
 
 def _csv_cell(value) -> str:
+    """A value as CSV holds it, its control characters escaped: a value from a run.json anyone
+    may have written neither forges a row nor acts on the terminal."""
     if value is None:
         return ""
     if isinstance(value, (list, dict)):
         return json.dumps(value)
-    return str(value)
+    return escaped(value)
 
 
 def _table_cell(value) -> str:
@@ -125,9 +128,10 @@ def rows(runs: list, provenance: bool = False) -> list:
 
 
 def _print_csv(found: list) -> None:
-    writer = csv.DictWriter(sys.stdout, fieldnames=list(found[0]), lineterminator="\n")
-    writer.writeheader()
-    writer.writerows({column: _csv_cell(value) for column, value in row.items()} for row in found)
+    columns = list(found[0])
+    writer = csv.writer(sys.stdout, lineterminator="\n")
+    writer.writerow(map(escaped, columns))
+    writer.writerows([_csv_cell(row[column]) for column in columns] for row in found)
 
 
 def _table_line(row: dict) -> dict:
@@ -147,9 +151,10 @@ def _table_line(row: dict) -> dict:
 def _print_table(found: list, runs: list) -> None:
     lines = [_table_line(row) for row in found]
     columns = list(lines[0])
-    widths = {c: max(len(c), *(len(line[c]) for line in lines)) for c in columns}
-    print(f"{len(runs)} run(s), the best {_scores_named(runs) or 'score'} first")
-    for line in [{c: c for c in columns}, *lines]:
+    header = {c: escaped(c) for c in columns}
+    widths = {c: max(len(header[c]), *(len(line[c]) for line in lines)) for c in columns}
+    print(escaped(f"{len(runs)} run(s), the best {_scores_named(runs) or 'score'} first"))
+    for line in [header, *lines]:
         print("  ".join(line[c].ljust(widths[c]) for c in columns).rstrip())
 
 

@@ -2,7 +2,10 @@
 
 A run directory is one that holds a ``run.json`` or a checkpoint; below any other folder every
 run is found, at any depth (a sweep's trials, a folder of runs). Reading never loads a
-checkpoint and never takes a run's lock, so it is safe while runs train.
+checkpoint and never takes a run's lock, so it is safe while runs train. Its records are read
+as the run directory reads a directory someone else wrote (``run.filesystem.read_confined``).
+A run is ranked by the checkpoints its ``run.json`` indexes; a file there that it does not index
+is named in a warning and never ranked (a 0.4 run has no index: its files are all there is).
 """
 
 import fnmatch
@@ -16,6 +19,7 @@ from pathlib import Path
 from typing import Optional
 
 from gatle_ignite.dispatch import ConfigError
+from gatle_ignite.run.filesystem import read_confined
 from gatle_ignite.run.identity import BOOKKEEPING, flatten
 from gatle_ignite.run.layout import (
     CONFIG_FILE,
@@ -26,6 +30,7 @@ from gatle_ignite.run.layout import (
     parse_checkpoint_name,
 )
 from gatle_ignite.run.lock import holder
+from gatle_ignite.run.manifest import checked_entry
 from gatle_ignite.run.scores import metric_value, scoring
 
 __all__ = [
@@ -129,28 +134,37 @@ def find_runs(paths) -> list:
 
 def _read_json(path: Path) -> Optional[dict]:
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(read_confined(path))
     except FileNotFoundError:
         return None
-    except (OSError, ValueError) as error:
+    except (OSError, ValueError, RecursionError) as error:
         warnings.warn(f"{path} cannot be read ({error}); ignoring it.", stacklevel=4)
         return None
     return data if isinstance(data, dict) else None
 
 
 def _entries(path: Path, manifest: Optional[dict]) -> list:
-    """The run's checkpoints: its index's entries whose files exist, and by name the others."""
+    """The run's checkpoints: its index's entries whose files exist; without an index (a 0.4
+    run), every checkpoint file by its name."""
     on_disk = {p.name for p in checkpoint_files(path)}
+    if manifest is None:
+        return [parse_checkpoint_name(name) for name in sorted(on_disk)]
     known = []
-    for raw in (manifest or {}).get("checkpoints", []):
+    for raw in manifest.get("checkpoints") or []:
         try:
-            entry = Entry(**raw)
-        except TypeError:
+            entry = checked_entry(raw, path / MANIFEST_FILE)
+        except ValueError:
             continue
         if entry.file in on_disk:
             known.append(entry)
-    indexed = {entry.file for entry in known}
-    return known + [parse_checkpoint_name(name) for name in sorted(on_disk - indexed)]
+    unindexed = sorted(on_disk - {entry.file for entry in known})
+    if unindexed:
+        warnings.warn(
+            f"{path}: {len(unindexed)} checkpoint file(s) its {MANIFEST_FILE} does not index, "
+            f"so not ranked: {', '.join(unindexed)}.",
+            stacklevel=4,
+        )
+    return known
 
 
 def _best(entries: list, score_name: Optional[str]) -> Optional[Entry]:
@@ -169,10 +183,16 @@ def _trained_epochs(manifest: Optional[dict], entries: list) -> Optional[int]:
     if manifest is None:
         epochs = [e.epoch for e in entries if e.kind == LATEST_PREFIX and e.epoch is not None]
         return max(epochs) if epochs else None
-    iteration, length = manifest.get("trained_iteration"), manifest.get("epoch_length")
+    iteration, length = _count(manifest, "trained_iteration"), _count(manifest, "epoch_length")
     if iteration is not None and length:
         return iteration // length
-    return manifest.get("trained_epoch")
+    return _count(manifest, "trained_epoch")
+
+
+def _count(manifest: Optional[dict], name: str) -> Optional[int]:
+    """A whole-number field of ``run.json``; None when it holds anything else."""
+    value = (manifest or {}).get(name)
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def _timestamp(text) -> Optional[datetime]:
@@ -251,7 +271,7 @@ def read_run(path) -> RunSummary:
         score_epoch=best.epoch if best is not None else None,
         lower_is_better=factor < 0,
         epochs=_trained_epochs(manifest, entries),
-        max_epochs=(manifest or {}).get("max_epochs") or config.get("max_epochs"),
+        max_epochs=_count(manifest, "max_epochs") or config.get("max_epochs"),
         seconds=_seconds(manifest),
         config=flatten(config),
         params=params if isinstance(params, dict) else {},
