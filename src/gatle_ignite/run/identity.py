@@ -37,6 +37,7 @@ BOOKKEEPING = (
     "async_save",
     "logger_name",
     "verbosity",
+    "progress_seconds",
     "log_every",
     "watch_grad",
     "tags",
