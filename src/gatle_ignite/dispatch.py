@@ -7,6 +7,7 @@ import importlib.util
 import inspect
 import os
 import pkgutil
+import re
 import sys
 from pathlib import Path
 from typing import Optional
@@ -321,10 +322,31 @@ def call_with_params(entrypoint, params, field, *args):
         if not mismatch and not module.startswith("gatle_ignite."):
             raise
         name = f"{module}.{getattr(entrypoint, '__qualname__', entrypoint)}"
+        key = None if mismatch else _blamed_key(params, str(error))
+        if key is not None:
+            raise ParamsError(
+                f"{field}.{key}: {error}\n"
+                f"  {name} refuses it; fix cfg.{field}.{key}."
+            ) from error
         raise ParamsError(
             f"{field} not accepted by {name}: {error}\n"
             f"  Its parameters: {_signature_of(entrypoint)}; fix cfg.{field}."
         ) from error
+
+
+def _blamed_key(params: dict, message: str) -> Optional[str]:
+    """The one key whose value the message quotes (torch's ``Invalid learning rate: -0.001``
+    names lr), or None when no key's value, or more than one's, appears in it."""
+
+    def quoted(value) -> bool:
+        if isinstance(value, (list, tuple)):
+            return any(quoted(item) for item in value)
+        if isinstance(value, bool) or not isinstance(value, (int, float, str)) or value == "":
+            return False
+        return re.search(rf"(?<![\w.]){re.escape(str(value))}(?![\w.])", message) is not None
+
+    keys = [key for key, value in params.items() if quoted(value)]
+    return keys[0] if len(keys) == 1 else None
 
 
 def _signature_of(entrypoint) -> str:
