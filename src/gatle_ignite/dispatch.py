@@ -325,8 +325,7 @@ def call_with_params(entrypoint, params, field, *args):
         key = None if mismatch else _blamed_key(params, str(error))
         if key is not None:
             raise ParamsError(
-                f"{field}.{key}: {error}\n"
-                f"  {name} refuses it; fix cfg.{field}.{key}."
+                f"{field}.{key}: {error}\n  {name} refuses it; fix cfg.{field}.{key}."
             ) from error
         raise ParamsError(
             f"{field} not accepted by {name}: {error}\n"

@@ -5,7 +5,6 @@ run is found, at any depth (a sweep's trials, a folder of runs). Reading never l
 checkpoint and never takes a run's lock, so it is safe while runs train.
 """
 
-import fnmatch
 import json
 import math
 import os
@@ -16,7 +15,7 @@ from pathlib import Path
 from typing import Optional
 
 from gatle_ignite.dispatch import ConfigError
-from gatle_ignite.run.identity import BOOKKEEPING, flatten
+from gatle_ignite.run.identity import bookkeeping, flatten
 from gatle_ignite.run.layout import (
     CONFIG_FILE,
     LATEST_PREFIX,
@@ -369,10 +368,6 @@ def _below(path: Path, top: Optional[Path]) -> str:
 # ---- what sets runs apart ----
 
 
-def _never_training(key: str) -> bool:
-    return any(fnmatch.fnmatchcase(key, pattern) for pattern in BOOKKEEPING)
-
-
 def _comparable(value) -> str:
     return json.dumps(value, sort_keys=True, default=str)
 
@@ -385,7 +380,7 @@ def differing_params(runs: list) -> list:
     differing = {
         key
         for key in keys
-        if not _never_training(key)
+        if not bookkeeping(key)
         and len({_comparable(run.config.get(key)) for run in configured}) > 1
     }
     swept = set().union(*(run.params for run in runs)) if runs else set()
@@ -411,7 +406,7 @@ def compared_params(runs: list, everything: bool = False) -> list:
         key
         for key in configured[0].config
         if key not in swept
-        and not _never_training(key)
+        and not bookkeeping(key)
         and all(run.config.get(key) is not None for run in configured)
         and len({_comparable(run.config[key]) for run in configured}) > 1
     ]

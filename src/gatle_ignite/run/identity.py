@@ -14,6 +14,7 @@ __all__ = [
     "BOOKKEEPING",
     "OPERATIONAL",
     "accepted",
+    "bookkeeping",
     "config_changes",
     "fingerprint",
     "flatten",
@@ -93,6 +94,11 @@ def flatten(payload: Mapping, prefix: str = "") -> dict:
         else:
             flat[name] = value
     return flat
+
+
+def bookkeeping(name: str) -> bool:
+    """Whether ``name`` only names, stores, logs or places the run (BOOKKEEPING)."""
+    return any(fnmatch.fnmatchcase(name, pattern) for pattern in BOOKKEEPING)
 
 
 def operational(name: str) -> bool:
