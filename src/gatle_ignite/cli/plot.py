@@ -205,7 +205,7 @@ def draw_histories(
     each panel, ``perf/`` metrics left out.
 
     ``group_names`` holds each run's param group names, which label its learning rates;
-    ``scores`` maps a score name to the words of its title (``score, higher is better``);
+    ``scores`` maps a score name to its direction in words (``higher is better``);
     ``metrics`` (shell patterns) chooses the panels; ``positions`` holds each run's
     :func:`~gatle_ignite.experiments.history.x_position` on ``axis``.
     """
@@ -219,7 +219,7 @@ def _scores(runs: list) -> dict:
     for group in by_score(runs):
         if group.score_name is not None:
             scores.setdefault(group.score_name, []).append(group.direction)
-    return {name: "score, " + " / ".join(words) for name, words in scores.items()}
+    return {name: " / ".join(words) for name, words in scores.items()}
 
 
 def _positions(axis: str, runs: list, histories: list, labels: list) -> list:

@@ -67,20 +67,22 @@ def _merged(names: list, histories: list) -> list:
 
 
 def _rank(panel: Panel, scores: dict) -> tuple:
-    """Where a panel goes: the score, evaluation metrics, training loss terms, learning rates,
-    other training metrics, perf."""
+    """Where a panel goes: the score, the other metrics of the score's engine, the other
+    evaluation metrics, the training loss terms, the learning rates, the other training
+    metrics, perf."""
     name = panel.series[0][0]
     if name in scores:
         return (0, list(scores).index(name), "")
     if name.startswith(PERF_PREFIX):
-        rank = 5
-    elif not name.startswith("train/"):
-        rank = 1 if "/" in name else 4
-    elif name == "train/loss" or name.startswith("train/loss_"):
-        rank = 2
-    else:
-        rank = 3 if _LR_GROUP.fullmatch(name) else 4
-    return (rank, 0, panel.title)
+        return (6, 0, panel.title)
+    if not name.startswith("train/"):
+        engines = {score.split("/")[0] for score in scores}
+        if "/" not in name:
+            return (5, 0, panel.title)
+        return (1 if name.split("/")[0] in engines else 2, 0, panel.title)
+    if name == "train/loss" or name.startswith("train/loss_"):
+        return (3, 0, panel.title)
+    return (4 if _LR_GROUP.fullmatch(name) else 5, 0, panel.title)
 
 
 def _run_values(panel: Panel, history: dict) -> set:
@@ -112,7 +114,7 @@ def _check_patterns(patterns, names: list) -> None:
 def choose_panels(histories: list, scores: dict, metrics=None) -> Panels:
     """The panels of ``histories`` (one ``{name: [Point]}`` per run) in the order drawn.
 
-    ``scores`` maps each score name to its title's words (``score, higher is better``);
+    ``scores`` maps each score name to its direction in words (``higher is better``);
     ``metrics``, shell patterns, keeps only the panels of the metrics they match (perf ones
     included, in the main figure).
     """
@@ -134,6 +136,6 @@ def choose_panels(histories: list, scores: dict, metrics=None) -> Panels:
             (chosen.perf_constants if is_perf else chosen.constants).append(constant)
             continue
         if first in scores:
-            panel = panel._replace(title=f"{panel.title} ({scores[first]})")
+            panel = panel._replace(title=f"{panel.title} (score, {scores[first]})")
         (chosen.perf if is_perf else chosen.main).append(panel)
     return chosen

@@ -33,6 +33,7 @@ __all__ = [
     "by_score",
     "compared_params",
     "differing_params",
+    "direction_words",
     "distinct_labels",
     "find_runs",
     "is_run_dir",
@@ -42,6 +43,11 @@ __all__ = [
 ]
 
 _NO_RUN_HINT = "Give a run's save_dir, a folder of runs or a sweep directory."
+
+
+def direction_words(score_factor) -> str:
+    """``higher is better``, or ``lower is better`` for a negative ``score_factor``."""
+    return "lower is better" if (score_factor or 1) < 0 else "higher is better"
 
 
 @dataclass
@@ -83,7 +89,7 @@ class RunSummary:
     @property
     def direction(self) -> str:
         """Which way the score improves, in words."""
-        return "lower is better" if self.score_factor < 0 else "higher is better"
+        return direction_words(self.score_factor)
 
     def value(self, key: str):
         """The run's value of the dotted config field ``key`` (a sweep's own parameter when the
