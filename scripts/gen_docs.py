@@ -35,6 +35,7 @@ import os
 import re
 import sys
 from pathlib import Path
+from unittest import mock
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
@@ -413,10 +414,8 @@ def _cli_help() -> str:
     """``gatle-ignite --help`` and each sub-command's help, from the real parser."""
     from gatle_ignite.cli.main import build_parser
 
-    saved = {name: os.environ.get(name) for name in ("COLUMNS", "NO_COLOR")}
     # argparse wraps to the terminal (and may colour it): make the page stable.
-    os.environ.update(COLUMNS="100", NO_COLOR="1")
-    try:
+    with mock.patch.dict(os.environ, COLUMNS="100", NO_COLOR="1"):
         parser = build_parser()
         out = ["### `gatle-ignite --help`", "", "```text", parser.format_help().rstrip(), "```"]
         for action in parser._actions:
@@ -425,12 +424,6 @@ def _cli_help() -> str:
                     help_text = sub.format_help().rstrip()
                     out += ["", f"### `gatle-ignite {name} --help`", "", "```text", help_text]
                     out += ["```"]
-    finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
     return "\n".join(out)
 
 

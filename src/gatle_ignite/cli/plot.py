@@ -15,6 +15,7 @@ import math
 import os
 import warnings
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple, Optional, Union
 
@@ -90,15 +91,15 @@ def _placed(points: list, position) -> tuple:
     return [x for x, _y in placed], [y for _x, y in placed]
 
 
+@dataclass
 class _Drawn:
     """What every panel of one figure shares: the runs, their labels, where their points lie."""
 
-    def __init__(self, histories, labels, group_names, positions, axis):
-        self.histories = histories
-        self.labels = labels
-        self.group_names = group_names
-        self.positions = positions
-        self.axis = axis
+    histories: list
+    labels: list
+    group_names: list
+    positions: list
+    axis: str
 
     def panel_axis(self, panel: Panel) -> tuple:
         """(each run's position function, the x label) for ``panel``."""
