@@ -18,6 +18,8 @@ site build (``docs/hooks.py``) refuses to build from stale pages. The kinds:
   meaning from ``gatle_ignite.config.reference``; ``undeclared-fields``, ``ds-params``,
   ``loss-entry``: the other tables of that module;
 * ``contracts``: the entrypoint table ``gatle_ignite.dispatch.CONTRACTS``;
+* ``builtin-losses``, ``builtin-metrics``: the built-in losses and metrics (``BUILTINS`` of their
+  packages), each with its parameters, read from its signature;
 * ``builtin-backends``: ``gatle_ignite.callbacks.logging.BUILTIN_BACKENDS``;
 * ``example NAME``: ``examples/NAME/README.md``, with the training curves of every
   ``docs/data/NAME/*.csv`` (drawn into ``docs/assets/curves/NAME/``) after its introduction;
@@ -217,6 +219,25 @@ def _builtin_backends() -> str:
     flags = _module_constant("callbacks/logging.py", "NOT_A_BACKEND")
     names = ", ".join(_code(n) for n in backends)
     return f"Built-in short names: {names}. Flags that are no sink: {', '.join(map(_code, flags))}."
+
+
+def _builtins(package: str, entrypoint: str, given: int) -> str:
+    """The built-ins of ``package``: each module's path, what it computes (the first paragraph
+    of its docstring) and the parameters its entrypoint takes after the framework's ``given``
+    positional ones, with where its ``**kwargs`` go."""
+    import importlib
+    import inspect
+
+    out = ["| Dotted path | What it computes | Parameters |", "|---|---|---|"]
+    for path in importlib.import_module(package).BUILTINS:
+        module = importlib.import_module(path)
+        parameters = list(inspect.signature(getattr(module, entrypoint)).parameters.values())
+        shown = [str(p.replace(annotation=inspect.Parameter.empty)) for p in parameters[given:]]
+        reached = [target.__name__ for target, _ in getattr(module, "KWARGS_GO_TO", ())]
+        where = f": those of {', '.join(reached)}" if reached else ""
+        summary = " ".join((module.__doc__ or "").strip().split("\n\n")[0].split())
+        out.append(f"| {_code(path)} | {_prose(summary)} | {_code(', '.join(shown))}{where} |")
+    return "\n".join(out)
 
 
 # ---------------------------------------------------------------- training curves
@@ -440,6 +461,10 @@ def render(kind: str, arg) -> str:
         return _contracts()
     if kind == "builtin-backends":
         return _builtin_backends()
+    if kind == "builtin-losses":
+        return _builtins("gatle_ignite.losses", "Loss", 0)
+    if kind == "builtin-metrics":
+        return _builtins("gatle_ignite.metrics", "get_metric", 2)
     if kind == "example" and arg:
         return _example_page(arg)
     if kind == "source" and arg:

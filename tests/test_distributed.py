@@ -101,9 +101,25 @@ def _acc(out):
     return float(re.search(r"^valid/acc: (\S+)$", out, re.M).group(1))
 
 
+def _valid_lines(out):
+    return sorted(line for line in out.splitlines() if line.startswith("valid/"))
+
+
 def test_evaluating_an_uneven_split_on_two_ranks_gives_the_one_process_metric(tmp_path):
     save_dir = tmp_path / "run"
-    fields = {"save_dir": str(save_dir), "valid_ds_params": {"n": 127, "bs": 16, "seed": 1}}
+    builtin = {
+        name: {"cls_name": f"gatle_ignite.metrics.{name}", "params": params}
+        for name, params in (
+            ("f1", {}),
+            ("loss", {"tgt_name": "labels"}),
+            ("top_k_accuracy", {"k": 2}),
+        )
+    }
+    fields = {
+        "save_dir": str(save_dir),
+        "valid_ds_params": {"n": 127, "bs": 16, "seed": 1},
+        "val_metrics": {"acc": {"cls_name": "tests.toy.metric"}, **builtin},
+    }
     Trainer(0, toy_config(max_epochs=2, **fields)).fit()
     config = _write_config(tmp_path / "cfg.py", main_runner="tests.toy.trainer", **fields)
     one = _ok(_cli("eval", f"--config={config}", "--override=nproc_per_node=1", *GLOO))
@@ -111,6 +127,9 @@ def test_evaluating_an_uneven_split_on_two_ranks_gives_the_one_process_metric(tm
     assert two.count("valid/acc: ") == 1
     assert _acc(two) == _acc(one)
     assert 0.0 < _acc(one) < 1.0
+    # The built-in metrics too, each as eval prints it (5 significant digits).
+    assert len(_valid_lines(one)) == 4
+    assert _valid_lines(two) == _valid_lines(one)
 
 
 def test_accumulation_under_ddp_matches_one_process_and_all_reduces_once_per_window(tmp_path):

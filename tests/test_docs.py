@@ -124,6 +124,30 @@ def test_a_stale_or_unfilled_section_is_found():
     assert generator.regenerated(filled) == filled
 
 
+BUILTIN_PACKAGES = (("gatle_ignite.losses", "Loss"), ("gatle_ignite.metrics", "get_metric"))
+
+
+def _builtins_found(package: str, entrypoint: str) -> set:
+    """Every module of ``package`` exposing ``entrypoint``: what a config can name."""
+    import importlib
+    import pkgutil
+
+    found = set()
+    for info in pkgutil.iter_modules(importlib.import_module(package).__path__):
+        module = importlib.import_module(f"{package}.{info.name}")
+        if hasattr(module, entrypoint):
+            found.add(module.__name__)
+    return found
+
+
+@pytest.mark.parametrize(("package", "entrypoint"), BUILTIN_PACKAGES)
+def test_the_reference_lists_every_builtin_a_config_can_name(package, entrypoint):
+    import importlib
+
+    listed = importlib.import_module(package).BUILTINS
+    assert sorted(listed) == sorted(_builtins_found(package, entrypoint))
+
+
 def _docs_tools_missing() -> list:
     missing = []
     for name in DOCS_PACKAGES:
@@ -160,6 +184,9 @@ def test_mkdocs_build_strict(tmp_path):
     config_page = (site / "reference" / "config" / "index.html").read_text(encoding="utf-8")
     for field in sorted(_config_fields()):
         assert f"<code>{field}</code>" in config_page, f"{field} missing from the config reference"
+    for package, entrypoint in BUILTIN_PACKAGES:
+        for path in _builtins_found(package, entrypoint):
+            assert f"<code>{path}</code>" in config_page, f"{path} missing from the reference"
     contracts = (site / "reference" / "entrypoints" / "index.html").read_text(encoding="utf-8")
     for entrypoint in ("Trainer", "Model", "get_ds", "get_optimizer", "get_metric", "Backend"):
         assert f"<code>{entrypoint}</code>" in contracts

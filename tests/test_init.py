@@ -224,14 +224,15 @@ def test_readme_names_every_directory_and_real_builtins(project):
     assert "`docs/getting-started.md`" in text
     entrypoints = {
         "losses": "Loss",
+        "metrics": "get_metric",
         "optimizers": "get_optimizer",
         "schedulers": "get_scheduler",
         "callbacks.backends": "Backend",
     }
     named = re.findall(
-        r"gatle_ignite\.(losses|optimizers|schedulers|callbacks\.backends)\.(\w+)", text
+        r"gatle_ignite\.(losses|metrics|optimizers|schedulers|callbacks\.backends)\.(\w+)", text
     )
-    assert len(named) >= 9
+    assert len(named) >= 24
     for group, module in named:
         loaded = importlib.import_module(f"gatle_ignite.{group}.{module}")
         assert hasattr(loaded, entrypoints[group]), f"gatle_ignite.{group}.{module}"

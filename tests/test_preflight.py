@@ -32,6 +32,11 @@ COSINE = "lr_scheduler=gatle_ignite.schedulers.cosine"
 PLATEAU = "lr_scheduler=gatle_ignite.schedulers.plateau"
 ACC = {"acc": {"cls_name": "tests.toy.metric", "params": {"src_nme": "logits"}}}
 CE = {"dict_of_loss_params": {"ce": {"cls_name": "tests.toy.loss", "weight": 1.0}}}
+BUILTIN_CE = "gatle_ignite.losses.cross_entropy"
+
+
+def _loss_metric(**params):
+    return {"loss": {"cls_name": "gatle_ignite.metrics.loss", "params": params}}
 
 
 def _loss_entry(**entry):
@@ -106,6 +111,38 @@ MISTAKES = {
         {"criterion_params": {}},
         [],
         ["criterion_params lacks 'dict_of_loss_params'"],
+    ),
+    "built-in loss keyword reaching torch": (
+        {"criterion_name": BUILTIN_CE, "criterion_params": {"label_smothing": 0.1}},
+        [],
+        ["criterion_params.label_smothing:", "Did you mean 'label_smoothing'?"],
+    ),
+    "built-in loss term keyword": (
+        {"criterion_params": _loss_entry(weight=1.0, cls_name=BUILTIN_CE, loss_params={"tgt": 1})},
+        [],
+        ["criterion_params.dict_of_loss_params.ce.loss_params.tgt:", "takes no keyword 'tgt'"],
+    ),
+    "built-in metric keyword reaching ignite": (
+        {
+            "val_metrics": {
+                "acc": {
+                    "cls_name": "gatle_ignite.metrics.accuracy",
+                    "params": {"is_multilable": True},
+                }
+            }
+        },
+        [],
+        ["val_metrics.acc.params.is_multilable:", "Did you mean 'is_multilabel'?"],
+    ),
+    "loss metric keyword reaching its loss": (
+        {"val_metrics": _loss_metric(ignore_indx=-1)},
+        [],
+        ["val_metrics.loss.params.ignore_indx:", "gatle_ignite.losses.cross_entropy.Loss"],
+    ),
+    "loss metric naming no loss": (
+        {"val_metrics": _loss_metric(loss_name="gatle_ignite.losses.cross_entrop")},
+        [],
+        ["config field 'val_metrics.loss.params.loss_name'", "Did you mean"],
     ),
     "metric keyword": (
         {"val_metrics": ACC},
@@ -220,6 +257,22 @@ def test_config_and_train_refuse_a_mistake_alike_and_create_nothing(
     assert not save_dir.exists()
 
 
+def test_a_module_named_like_a_builtin_failing_on_its_own_import_is_not_sent_to_the_builtin(
+    tmp_path, capsys
+):
+    (tmp_path / PACKAGE / "accuracy.py").write_text("import gi_test_package_not_installed\n")
+    metrics = {"acc": {"cls_name": f"{PACKAGE}.accuracy"}}
+    config = write_toy_config(
+        tmp_path / "cfg.py", save_dir=str(tmp_path / "run"), val_metrics=metrics
+    )
+    code, _out, err = _run(capsys, "config", config)
+    assert code == 2
+    verdict = _verdict(err)
+    assert "No module named 'gi_test_package_not_installed'" in verdict
+    assert "install the missing package" in verdict
+    assert "gatle_ignite.metrics.accuracy" not in verdict
+
+
 @pytest.mark.slow
 @settings(
     max_examples=40,
@@ -282,6 +335,18 @@ ACCEPTED = {
     "a keyword the plateau passes on through ignite to torch": (
         None,
         [PLATEAU, "lr_scheduler_params.threshold=0.01"],
+    ),
+    "a built-in loss named as the criterion, with torch's keyword": (
+        None,
+        [f"criterion_name={BUILTIN_CE}", "criterion_params={'label_smoothing': 0.1}"],
+    ),
+    "a built-in metric with ignite's keyword, and the loss metric with its loss's": (
+        None,
+        [
+            "val_metrics={'acc': {'cls_name': 'gatle_ignite.metrics.accuracy', 'params': "
+            "{'is_multilabel': False}}, 'loss': {'cls_name': 'gatle_ignite.metrics.loss', "
+            "'params': {'label_smoothing': 0.1, 'tgt_name': 'labels'}}}",
+        ],
     ),
     "any keyword to a model taking **kwargs": ("model_name", ["model_params.width=8"]),
     "any keyword to an optimizer the trainer builds itself": (

@@ -167,6 +167,16 @@ def test_a_sweep_finishes_n_trials_each_a_run_of_its_parameters(tmp_path):
     assert [n for n, state in _states(_study(sweep_dir)) if state == "COMPLETE"] == [0, 1, 2, 3]
 
 
+def test_a_lower_is_better_sweep_names_its_best_by_the_metrics_own_value(tmp_path):
+    loss = {"loss": {"cls_name": "gatle_ignite.metrics.loss", "params": {"tgt_name": "labels"}}}
+    fields = {"val_metrics": loss, "score_name": "valid/loss", "score_mode": "min"}
+    config, sweep_dir = _config(tmp_path, max_epochs=1, **fields), tmp_path / "sweep"
+    out = _run(_argv(config, sweep_dir, "--trials=2", "--param=optimizer_params.lr=[0.001, 0.05]"))
+    best = _study(sweep_dir).best_trial
+    assert best.value > 0  # the loss itself, not score_factor x loss
+    assert f"BEST: trial {best.number}, valid/loss {best.value:.5g} (lower is better)" in out
+
+
 def test_pruning_stops_a_trial_clearly_behind_after_its_checkpoint(tmp_path):
     config, sweep_dir = _config(tmp_path, max_epochs=4), tmp_path / "sweep"
     sweep_file = _sweep_file(

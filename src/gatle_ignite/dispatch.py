@@ -69,7 +69,9 @@ CONTRACTS = (
         "criterion_name + criterion_params",
         "Loss",
         "An nn.Module Loss(**criterion_params) whose forward(y_pred, target, iteration=None) "
-        "returns (total, {'loss_<key>': tensor}) and which has a crit_keys attribute.",
+        "returns (total, {'loss_<key>': tensor}) and which has a crit_keys attribute; or one "
+        "loss term returning a bare tensor (a built-in such as gatle_ignite.losses.cross_entropy), "
+        "logged as the total alone.",
         ("criterion_name",),
     ),
     (
@@ -152,7 +154,9 @@ def _import_fix(path: str, error: ImportError) -> str:
             f"'{last}' is a name inside the module '{parent}': a config names the module, and "
             f"the framework takes its entrypoint from it. Write '{parent}'."
         )
-    builtin = _builtin_named_like(path)
+    # Only when the path itself is missing: a module of the project named like a built-in
+    # (metrics/accuracy.py) that fails on an import of its own is no misnamed built-in.
+    builtin = _builtin_named_like(path) if _names_missing(path, error) else []
     if builtin:
         return (
             f"gatle-ignite's own is {' or '.join(repr(b) for b in builtin)}: write its full path."
@@ -214,6 +218,7 @@ _COMPONENT_PACKAGES = (
     "gatle_ignite.optimizers.",
     "gatle_ignite.schedulers.",
     "gatle_ignite.losses.",
+    "gatle_ignite.metrics.",
 )
 
 
@@ -230,15 +235,21 @@ def _modules_in(folders: list) -> list:
     return sorted(names)
 
 
+def _names_missing(path: str, error: ImportError) -> bool:
+    """Whether ``error`` is a part of ``path`` itself missing, not a package the module imports."""
+    missing = getattr(error, "name", None)
+    if not isinstance(error, ModuleNotFoundError) or not missing:
+        return False
+    return path == missing or path.startswith(f"{missing}.")
+
+
 def _near_path(path: str, error: ImportError) -> Optional[str]:
     """``path`` with its first missing part replaced by the closest module beside it, or by the
     closest built-in; None when the failure is not that part missing (a package the module
     itself imports) or nothing is close."""
-    missing = getattr(error, "name", None)
-    if not isinstance(error, ModuleNotFoundError) or not missing:
+    if not _names_missing(path, error):
         return None
-    if path != missing and not path.startswith(f"{missing}."):
-        return None
+    missing = error.name
     parent, _, last = missing.rpartition(".")
     rest = path[len(missing) :]
     package = sys.modules.get(parent) if parent else None

@@ -21,6 +21,7 @@ import gatle_ignite
 from gatle_ignite.dispatch import ConfigError, import_entrypoint
 from gatle_ignite.specs import EngineSpec
 from gatle_ignite.trainer.checks import check_scores
+from gatle_ignite.utils.batch import named_outputs
 
 __all__ = ["describe", "dry_run"]
 
@@ -163,13 +164,15 @@ def _run_metrics(trainer, spec, output: dict) -> Optional[list]:
 
 
 def describe(value) -> str:
-    """Shapes for tensors (``float32[16, 8]``), recursively through dicts, lists and tuples."""
+    """Shapes for tensors (``float32[16, 8]``), recursively through dicts, dataclasses, lists and
+    tuples."""
     if torch.is_tensor(value):
         if value.dim() == 0 and value.is_floating_point():
             return f"{str(value.dtype).replace('torch.', '')}[] = {float(value):.6g}"
         return f"{str(value.dtype).replace('torch.', '')}{list(value.shape)}"
-    if isinstance(value, dict):
-        return "{" + ", ".join(f"{key}: {describe(item)}" for key, item in value.items()) + "}"
+    named = named_outputs(value)
+    if named is not None:
+        return "{" + ", ".join(f"{key}: {describe(item)}" for key, item in named.items()) + "}"
     if isinstance(value, (list, tuple)):
         return "[" + ", ".join(describe(item) for item in value) + "]"
     if isinstance(value, float):

@@ -6,6 +6,7 @@ The exit code is for job scripts: 0 the run is finished (completed, stopped earl
 training it now.
 """
 
+import json
 from pathlib import Path
 from typing import Optional
 
@@ -13,9 +14,10 @@ from gatle_ignite.cli.lr_find import PLOT_FILE as LR_FIND_PLOT
 from gatle_ignite.dispatch import ConfigError
 from gatle_ignite.redaction import shown_command
 from gatle_ignite.run.directory import indexed_view
-from gatle_ignite.run.layout import MANIFEST_FILE
+from gatle_ignite.run.layout import CONFIG_FILE, MANIFEST_FILE
 from gatle_ignite.run.lock import holder
 from gatle_ignite.run.manifest import Manifest
+from gatle_ignite.run.scores import LOWER_IS_BETTER, metric_value, scoring
 from gatle_ignite.trainer.preemption import EXIT_PREEMPTED
 
 __all__ = ["run_status"]
@@ -79,10 +81,18 @@ def _progress(manifest) -> str:
     return f"{epochs} epoch(s) and {part}/{length} iterations of epoch {epochs + 1}"
 
 
-def _checkpoint_line(entry) -> str:
+def _checkpoint_line(entry, config: dict) -> str:
     where = f"epoch {entry.epoch}, iteration {entry.iteration}"
-    score = f", score {entry.score:.4f}" if entry.score is not None else ""
-    return f"  {entry.file}  ({where}{score})"
+    return f"  {entry.file}  ({where}{_score(entry, config)})"
+
+
+def _score(entry, config: dict) -> str:
+    """The metric's own value a best file was kept for, and which way is better."""
+    if entry.score is None:
+        return ""
+    name, factor = scoring(config, entry.engine)
+    shown = f", {name or 'score'} {metric_value(entry.score, factor):.5g}"
+    return f"{shown}, {LOWER_IS_BETTER}" if factor < 0 else shown
 
 
 def _trial_line(trial: dict) -> str:
@@ -108,7 +118,7 @@ def run_status(save_dir) -> int:
         print(f"sweep:    {_trial_line(manifest.sweep)}")
     print(f"trained:  {_progress(manifest)}")
     print(f"config:   {manifest.config_fingerprint}, last written {manifest.updated}")
-    _print_checkpoints(manifest.checkpoints)
+    _print_checkpoints(manifest.checkpoints, manifest.config)
     return _EXIT_CODES.get(state, EXIT_FAILED)
 
 
@@ -121,10 +131,10 @@ def _print_holder(live: Optional[dict]) -> None:
         print("          (another host, and this file system cannot tell whether it still runs)")
 
 
-def _print_checkpoints(entries: list) -> None:
+def _print_checkpoints(entries: list, config: dict) -> None:
     print("checkpoints:")
     for entry in sorted(entries, key=lambda e: (e.kind, e.progress_key())):
-        print(_checkpoint_line(entry))
+        print(_checkpoint_line(entry, config))
 
 
 def _damaged(save_dir: Path, why: str, live: Optional[dict]) -> int:
@@ -146,5 +156,14 @@ def _damaged(save_dir: Path, why: str, live: Optional[dict]) -> int:
     print(f"state:    unknown: {manifest} is damaged ({why})")
     _print_holder(live)
     print("          a resume rebuilds it from the checkpoints below")
-    _print_checkpoints(entries)
+    _print_checkpoints(entries, _recorded_config(save_dir))
     return EXIT_RUNNING if live is not None else EXIT_PREEMPTED
+
+
+def _recorded_config(save_dir: Path) -> dict:
+    """The run's config.json, which says how its scores were made; ``{}`` when unreadable."""
+    try:
+        config = json.loads((save_dir / CONFIG_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return config if isinstance(config, dict) else {}

@@ -17,6 +17,7 @@ from gatle_ignite.cli.time_breakdown import time_breakdown_rows
 from gatle_ignite.redaction import redact_argv
 from gatle_ignite.run.layout import MANIFEST_FILE, OWNED_LOGS
 from gatle_ignite.run.manifest import Manifest
+from gatle_ignite.run.scores import direction, metric_value
 
 __all__ = ["print_run_summary", "summary_follows"]
 
@@ -109,8 +110,9 @@ def _best_line(manifest: Manifest, cfg, save_dir: Path):
         return None
     top = max(bests, key=lambda e: (e.score if e.score is not None else float("-inf"), e.epoch))
     factor = cfg.get("score_factor", 1) or 1
-    value = f"{top.score / factor:.5g}" if top.score is not None else "?"
-    return f"{score_name} {value} at epoch {top.epoch}: {save_dir / top.file}"
+    value = metric_value(top.score, factor)
+    shown = f"{value:.5g}{direction(factor)}" if value is not None else "?"
+    return f"{score_name} {shown} at epoch {top.epoch}: {save_dir / top.file}"
 
 
 def _latest(manifest: Manifest, save_dir: Path):

@@ -86,8 +86,11 @@ def base_config() -> config_dict.ConfigDict:
     cfg.tester_metrics = {}
     cfg.score_name = placeholder(str)
     cfg.score_factor = 1
+    # The direction in words: "max" or "min" (score_factor -1); unset = score_factor decides.
+    cfg.score_mode = placeholder(str)
     cfg.tester_score_name = placeholder(str)
     cfg.tester_score_factor = 1
+    cfg.tester_score_mode = placeholder(str)
 
     cfg.save_ckpt = True
     cfg.n_saved = 1

@@ -25,6 +25,7 @@ from gatle_ignite.run.layout import (
     parse_checkpoint_name,
 )
 from gatle_ignite.run.lock import holder
+from gatle_ignite.run.scores import LOWER_IS_BETTER, metric_value, scoring
 
 __all__ = [
     "RunSummary",
@@ -47,7 +48,7 @@ _NO_RUN_HINT = "Give a run's save_dir, a folder of runs or a sweep directory."
 
 def direction_words(score_factor) -> str:
     """``higher is better``, or ``lower is better`` for a negative ``score_factor``."""
-    return "lower is better" if (score_factor or 1) < 0 else "higher is better"
+    return LOWER_IS_BETTER if (score_factor or 1) < 0 else "higher is better"
 
 
 @dataclass
@@ -267,8 +268,8 @@ def read_run(path) -> RunSummary:
     manifest = _manifest(path)
     config = (manifest or {}).get("config") or _read_json(path / CONFIG_FILE) or {}
     entries = _entries(path, manifest)
-    score_name = config.get("score_name")
-    factor = _factor(config.get("score_factor"))
+    score_name, factor = scoring(config, "valid")
+    factor = _factor(factor)
     best = _best(entries, score_name)
     params = _sweep_trial(manifest).get("params")
     return RunSummary(
@@ -279,7 +280,7 @@ def read_run(path) -> RunSummary:
         sweep=_sweep_name(manifest),
         score_name=score_name,
         score_factor=factor,
-        score=best.score / factor if best is not None else None,
+        score=metric_value(best.score, factor) if best is not None else None,
         ranking=best.score if best is not None else None,
         score_epoch=best.epoch if best is not None else None,
         epochs=_trained_epochs(manifest, entries),

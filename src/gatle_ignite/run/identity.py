@@ -63,6 +63,8 @@ OPERATIONAL = (
     "every_*",
     "*early_stop_patience",
     "*early_stop_after",
+    # Words for the factor's sign, which the factor (a defining field) already records.
+    "*score_mode",
     "activation_checkpointing",
     "fsdp_params.wrap",
     "fsdp_params.reshard_after_forward",

@@ -212,8 +212,15 @@ class BaseTrainer:
     # ---- Steps: overridable, the defaults suit most supervised tasks ----
 
     def loss_fn(self, y_pred, target, **kwargs):
-        """``(total loss, {"loss_<key>": tensor})`` from the criterion."""
-        return self.criterion(y_pred, target, **kwargs)
+        """``(total loss, {"loss_<key>": tensor})`` from the criterion.
+
+        A criterion that is one loss term (a built-in named as ``criterion_name``) returns a
+        bare tensor: the total, with no component of its own.
+        """
+        result = self.criterion(y_pred, target, **kwargs)
+        if isinstance(result, torch.Tensor):
+            return result, {}
+        return result
 
     def backward(self, loss, step=True):
         """Backward for one micro-batch; the optimizer step only when ``step`` ends a window.

@@ -13,6 +13,7 @@ from typing import Optional
 import torch
 
 from gatle_ignite.dispatch import ConfigError, ParamsError
+from gatle_ignite.utils.batch import named_outputs
 
 __all__ = [
     "check_not_empty",
@@ -74,12 +75,13 @@ def explain_forward_error(model, model_input: Mapping):
 
 
 def explain_output_error(y_pred):
-    """The error to raise when the loss failed on a model output that is not a dict, else None.
+    """The error to raise when the loss failed on a model output that has no names (neither a
+    mapping nor a dataclass), else None.
 
     Called after the loss raised an IndexError, KeyError or TypeError: reading a name from a
     Tensor raises one of them.
     """
-    if isinstance(y_pred, Mapping):
+    if named_outputs(y_pred) is not None:
         return None
     return ConfigError(
         f"the loss could not read the model's output: forward returned {_shape_of(y_pred)}, "
