@@ -43,6 +43,13 @@ def _loss_entry(**entry):
     return {"dict_of_loss_params": {"ce": {"cls_name": "tests.toy.loss", **entry}}}
 
 
+BUILTIN_CE = "gatle_ignite.losses.cross_entropy"
+
+
+def _builtin_entry(**entry):
+    return {"dict_of_loss_params": {"ce": {"cls_name": BUILTIN_CE, **entry}}}
+
+
 @pytest.fixture(autouse=True)
 def project(monkeypatch, tmp_path):
     """The working directory holds a package of models; it leaves sys.modules as it found it."""
@@ -235,6 +242,20 @@ MISTAKES = {
         {},
         [PLATEAU, "lr_scheduler_params.mode=middle"],
         ["lr_scheduler_params.mode: mode middle is unknown!"],
+    ),
+    "built-in loss value": (
+        {"criterion_name": BUILTIN_CE, "criterion_params": {"weight": "heavy"}},
+        [],
+        [f"criterion_params not accepted by {BUILTIN_CE}.Loss", "cannot assign 'str'"],
+    ),
+    "built-in loss term value": (
+        {"criterion_params": _builtin_entry(weight=1.0, loss_params={"weight": "heavy"})},
+        [],
+        [
+            "criterion_params.dict_of_loss_params.ce.loss_params not accepted by "
+            f"{BUILTIN_CE}.Loss",
+            "cannot assign 'str'",
+        ],
     ),
 }
 
