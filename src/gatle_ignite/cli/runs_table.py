@@ -66,7 +66,7 @@ def short_names(keys: list, path_fields: set = frozenset()) -> dict:
     parts = dict.fromkeys(keys, 1)
     while True:
         names = {key: tail(key, parts[key]) for key in keys}
-        taken = [name for name in names.values()]
+        taken = list(names.values())
         clashing = [
             k for k in keys if taken.count(names[k]) > 1 and tail(k, parts[k] + 1) != names[k]
         ]

@@ -57,22 +57,26 @@ class Backend(BaseBackend):
         self.log_dir = os.path.join(cfg.save_dir, "tensorboard")
         self.writer = self.summary.SummaryWriter(log_dir=self.log_dir)
         self._tags = {}
-        self._write_hparams()
+        self._hparams_written = False
 
-    def _write_hparams(self):
+    def _write_hparams(self, step):
+        """At the first step this process logs: a resume's rewind has been made by then, and
+        an event at an earlier step would make TensorBoard drop what follows it."""
         from torch.utils.tensorboard.summary import hparams
 
         metrics = dict.fromkeys(_metric_tags(self.cfg), 0.0)
         experiment, session_start, _session_end = hparams(hparams_of(self.cfg), metrics)
-        self.writer.file_writer.add_summary(experiment)
-        self.writer.file_writer.add_summary(session_start)
-        self.writer.flush()
+        self.writer.file_writer.add_summary(experiment, global_step=step)
+        self.writer.file_writer.add_summary(session_start, global_step=step)
+        self._hparams_written = True
 
     def name_lr_groups(self, names):
         self._tags = {f"train/lr_{i}": f"lr/{name}" for i, name in enumerate(names)}
 
     def log(self, metrics, step=None, epoch=None):
         at = step if step is not None else epoch
+        if not self._hparams_written:
+            self._write_hparams(at)
         for name, value in metrics.items():
             # A scalar plot cannot hold a list-valued metric (a confusion matrix, ...).
             if isinstance(value, numbers.Real):
