@@ -1,9 +1,9 @@
 """The model's graph, for the logging sinks that draw one (TensorBoard): traced once, at a fresh
 run's first iteration, on that iteration's batch, beside the run.
 
-The traced call is the task's own ``forward`` on ``prep_batch``'s ``model_input``, in the
-model's training mode, without gradients; the random streams, the buffers and the modes are as
-they were after it (``side_step``), so a run is the same with or without it. Under FSDP it is
+The traced call is the task's own ``forward`` on ``prep_batch``'s ``model_input``, without
+gradients (torch traces in evaluation mode); the random streams, the buffers and the modes are
+as they were after it (``side_step``), so a run is the same with or without it. Under FSDP it is
 not drawn: a forward gathers shards on every rank, and only rank 0 draws. A resumed run keeps
 the graph its start drew.
 """
@@ -54,7 +54,6 @@ def attach_model_graph(trainer, overhead) -> None:
             return  # a resumed run
         with overhead, random_streams_kept(trainer.device), without_ddp(trainer):
             with modules_kept([trainer.model, trainer.criterion]), torch.no_grad():
-                trainer.model.train()
                 model_input = trainer.prep_batch(engine.state.batch, split="train")["model_input"]
                 module = _TaskForward(trainer, model_input)
                 if module.inputs:
