@@ -7,12 +7,18 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from tests.toy.config import toy_config  # noqa: E402, F401  (re-exported for tests)
+
+# One torch thread in the test process: the suite often runs on a busy machine, where a run
+# with more would rightly warn that its threads outnumber the free cores. The tests of that
+# warning set their own count.
+torch.set_num_threads(1)
 
 
 def child_env(**extra) -> dict:

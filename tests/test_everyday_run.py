@@ -134,7 +134,7 @@ def test_a_run_prints_progress_epoch_blocks_and_a_summary_and_no_ignite_info(tmp
     assert block[0].startswith("train  loss_avg ") and block[1].startswith("valid  acc ")
     # Numbers at 5 significant digits, not 16.
     assert all(len(token.replace(".", "")) <= 6 for token in re.findall(r"\d\.\d+", block[0]))
-    summary = out[out.index("RUN COMPLETED") :]
+    summary = out[out.index("TRAINING COMPLETE") :]
     for line in ("best     valid/acc", "latest   ", "logs     ", "evaluate gatle-ignite eval"):
         assert line in summary
     assert "--override resume=True" in summary and "metrics.csv" in summary
@@ -246,9 +246,9 @@ def test_eval_prints_its_values_at_5_significant_digits_as_training_does(tmp_pat
 def test_a_cli_run_ends_in_one_line_and_a_script_in_its_own(tmp_path, train, capsys):
     code, out, _err = train(_config(tmp_path, max_epochs=1))
     assert code == 0
-    # The summary's first line says it: no "TRAINING COMPLETE" line before it.
-    assert "TRAINING COMPLETE" not in out
-    assert out.count("RUN COMPLETED: 'toy', epoch 1/1 (iteration 4)") == 1
+    # One end line, the summary's first, in 0.4's words (CONTRACT 12.2), which users grep for.
+    assert out.count("TRAINING COMPLETE") == 1
+    assert "\nTRAINING COMPLETE after 1 epoch: 'toy', epoch 1/1 (iteration 4), " in out
     # Without the command's summary (a script calling fit()), the trainer says it, in English.
     Trainer(0, toy_config(save_dir=str(tmp_path / "script"), max_epochs=1)).fit()
     assert "TRAINING COMPLETE after 1 epoch\n" in capsys.readouterr().out
@@ -279,3 +279,78 @@ def test_the_summarys_commands_read_plainly_and_run_as_printed(tmp_path, train):
     # As a shell reads them back, both commands run.
     assert main(shlex.split(evaluate)[1:]) == 0
     assert main(shlex.split(resume)[1:]) == 0
+
+
+# ---- how a command ends ----
+
+
+def _nan_from(iteration) -> dict:
+    """A loss whose second term turns NaN at ``iteration``: the run diverges there."""
+    return {
+        "dict_of_loss_params": {
+            "ce": {"cls_name": "tests.toy.loss", "weight": 1.0},
+            "nan": {"cls_name": "tests.toy.nan_loss", "weight": 1.0, "start_iteration": iteration},
+        }
+    }
+
+
+def _rows(out, label) -> list:
+    """The summary's row under ``label`` and the rows that continue it (no label of their own)."""
+    lines = out.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(f"  {label} "))
+    rows = [lines[start][11:]]
+    for line in lines[start + 1 :]:
+        if not line.startswith(" " * 11):
+            break
+        rows.append(line[11:])
+    return rows
+
+
+def test_a_diverged_run_exits_65_and_its_resume_says_it_repeats_what_diverged(tmp_path, train, cli):
+    from gatle_ignite.trainer.lifecycle import EXIT_DIVERGED
+
+    # 4 iterations an epoch: epoch 1 is saved, epoch 2 diverges at iteration 7.
+    config = _config(tmp_path, criterion_params=_nan_from(7), logger_name=["text"])
+    code, out, _err = train(config, "optimizer_params.lr=0.05")
+    assert code == EXIT_DIVERGED == 65
+    assert "TRAINING COMPLETE" not in out
+    assert "\nTRAINING DIVERGED (non-finite loss at iteration 7): 'toy', epoch 2/2 " in out
+    note, command = _rows(out, "resume")
+    assert "resuming repeats the setting that diverged" in note
+    assert "a lower learning rate" in note and "accept_changes=['optimizer_params.lr']" in note
+    assert command.startswith("gatle-ignite train ") and command.endswith("--override resume=True")
+    assert "--override optimizer_params.lr=0.05" in command
+    # status says what train's exit code said.
+    assert main(["status", str(tmp_path / "run")]) == EXIT_DIVERGED
+    # Resumed as it stands, it diverges again, and says so again.
+    code, out, _err = train(config, "optimizer_params.lr=0.05", "resume=True")
+    assert code == EXIT_DIVERGED and "TRAINING DIVERGED" in out
+
+
+def test_a_run_diverging_before_its_first_checkpoint_offers_nothing_to_resume(tmp_path, train):
+    code, out, _err = train(_config(tmp_path, criterion_params=_nan_from(2)))
+    assert code == 65
+    assert "\nTRAINING DIVERGED (non-finite loss at iteration 2): 'toy', epoch 1/2 " in out
+    [resume] = _rows(out, "resume")
+    assert resume.startswith("nothing to resume: it diverged before its first checkpoint.")
+    assert "train it again" in resume and "accept_changes" not in resume
+    # Nor an eval of a checkpoint that does not exist.
+    assert "gatle-ignite eval" not in out
+
+
+def test_train_a_b_counts_a_diverged_config_as_failed(tmp_path, capsys):
+    ok = write_toy_config(
+        tmp_path / "cfg_ok.py", **{**BASE, "max_epochs": 1}, save_dir=str(tmp_path / "ok")
+    )
+    diverging = write_toy_config(
+        tmp_path / "cfg_diverging.py",
+        **BASE,
+        save_dir=str(tmp_path / "diverging"),
+        criterion_params=_nan_from(2),
+    )
+    code = main(["train", f"--config={ok},{diverging}"])
+    out = capsys.readouterr().out
+    assert code == 1, out
+    assert "[cfg_diverging] TRAINING DIVERGED (non-finite loss at iteration 2)" in out
+    assert "[cfg_ok] TRAINING COMPLETE after 1 epoch: " in out
+    assert out.endswith("\n\nFailed configs: cfg_diverging\n")

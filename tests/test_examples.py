@@ -77,7 +77,7 @@ def test_the_synthetic_example_ships_a_sweep():
 def test_every_example_trains_one_short_epoch(config, tmp_path):
     done = _cli("train", f"--config={config}", *SMOKE, f"--override=save_dir={str(tmp_path)!r}")
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
-    assert "RUN COMPLETED: " in done.stdout and "epoch 1/1 " in done.stdout
+    assert "TRAINING COMPLETE after " in done.stdout and "epoch 1/1 " in done.stdout
     # .pt, or a .dcp directory from an example that shards (sharded_lm).
     assert list(tmp_path.glob("latest_epoch_checkpoint_1.*"))
 
@@ -89,7 +89,7 @@ def test_the_synthetic_example_trains_two_epochs_from_the_source_tree(tmp_path):
         "train", config, "--override=max_epochs=2", f"--override=save_dir={str(tmp_path)!r}"
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    assert "RUN COMPLETED: " in done.stdout and "epoch 2/2 " in done.stdout
+    assert "TRAINING COMPLETE after " in done.stdout and "epoch 2/2 " in done.stdout
 
 
 @pytest.mark.slow
@@ -98,7 +98,7 @@ def test_the_classification_example_trains_compiled(tmp_path):
     args = [*SMOKE, "--override=compile=True", f"--override=save_dir={str(tmp_path)!r}"]
     done = _cli("train", config, *args, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert "RUN COMPLETED: " in done.stdout and "epoch 1/1 " in done.stdout
+    assert "TRAINING COMPLETE after " in done.stdout and "epoch 1/1 " in done.stdout
 
 
 @pytest.mark.slow

@@ -280,7 +280,7 @@ def test_generated_project_passes_config_and_trains(project):
     assert "all dotted paths resolve" in checked.stdout
     trained = run([*cli_command(), "train", config, "--override", "max_epochs=1"], cwd=project)
     assert trained.returncode == 0, trained.stderr
-    assert "RUN COMPLETED: " in trained.stdout
+    assert "TRAINING COMPLETE after " in trained.stdout
     assert list((project / "checkpoints" / f"{NAME}_v0").glob("latest_epoch_checkpoint_*.pt"))
 
 
@@ -389,7 +389,7 @@ def test_installed_wheel_inits_and_trains_outside_the_checkout(wheel, tmp_path):
     assert "all dotted paths resolve" in checked.stdout, checked.stderr
     trained = run([*cli, "train", config, "--override", "max_epochs=1"], cwd=project)
     assert trained.returncode == 0, trained.stderr
-    assert "RUN COMPLETED: " in trained.stdout
+    assert "TRAINING COMPLETE after " in trained.stdout
 
 
 @pytest.mark.slow
@@ -404,7 +404,7 @@ def test_installed_wheel_trains_a_copy_of_the_synthetic_example(wheel, tmp_path)
     config = "--config=examples/synthetic/configs/synthetic_v0.py"
     trained = run([*cli_command(bin_dir), "train", config, "--override", "max_epochs=2"], work)
     assert trained.returncode == 0, trained.stderr
-    assert "RUN COMPLETED: " in trained.stdout and "epoch 2/2 " in trained.stdout
+    assert "TRAINING COMPLETE after " in trained.stdout and "epoch 2/2 " in trained.stdout
     assert (
         work / "examples/synthetic/checkpoints/synthetic_v0/latest_epoch_checkpoint_2.pt"
     ).exists()

@@ -311,3 +311,58 @@ def test_progress_seconds_must_be_a_number_of_seconds(make_cfg):
         check_values(make_cfg(progress_seconds=-1))
     check_values(make_cfg(progress_seconds=2.5))
     check_values(make_cfg(progress_seconds=10))
+
+
+class SpyLogger:
+    """A 0.4 test's spy: 0.4's logger protocol, recording each call, with no ``log`` method."""
+
+    def __init__(self):
+        self.calls = []
+
+    def start(self):
+        return self
+
+    def on_train_epoch_end(self, trainer, optimizer):
+        self.calls.append("on_train_epoch_end")
+
+    def on_train_iteration(self, trainer, model):
+        self.calls.append("on_train_iteration")
+
+    def on_valid_epoch_end(self, trainer, engine):
+        self.calls.append("on_valid_epoch_end")
+
+    def on_completion(self, trainer):
+        trainer.add_event_handler(Events.COMPLETED, lambda _: self.calls.append("completed"))
+
+    def finish(self, failed=False):
+        self.calls.append(f"finish(failed={failed})")
+
+
+class FinishOnlyLogger(SpyLogger):
+    on_train_epoch_end = on_train_iteration = on_valid_epoch_end = on_completion = None
+
+
+@pytest.mark.parametrize(
+    ("logger", "calls"),
+    [
+        (
+            SpyLogger,
+            [
+                "on_train_epoch_end",
+                "on_train_iteration",
+                "on_valid_epoch_end",
+                "completed",
+                "finish(failed=False)",
+            ],
+        ),
+        (FinishOnlyLogger, ["finish(failed=False)"]),
+    ],
+)
+def test_a_logger_without_a_method_is_skipped_for_that_method(make_cfg, logger, calls):
+    # Each epoch's perf/ record goes to log(), which neither has: a call a logger cannot take
+    # is left out, and the run trains to its end.
+    task = Trainer(0, make_cfg(max_epochs=2)).setup()
+    task.logger = logger()
+    task.fit()
+    assert task.engines["trainer"].state.epoch == 2
+    assert task.logger.calls == calls

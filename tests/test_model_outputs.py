@@ -35,7 +35,7 @@ def _train_eval_predict(capsys, tmp_path, **fields) -> tuple:
     predict's output)."""
     config = write_toy_config(tmp_path / "cfg.py", save_dir=str(tmp_path / "run"), **fields)
     train = _cli(capsys, "train", f"--config={config}")
-    assert "RUN COMPLETED" in train
+    assert "TRAINING COMPLETE after" in train
     evaluated = _cli(capsys, "eval", f"--config={config}")
     out = tmp_path / "valid.pt"
     predicted = _cli(capsys, "predict", f"--config={config}", "--out", str(out))

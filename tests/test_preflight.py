@@ -387,7 +387,7 @@ def test_what_the_components_take_passes_and_trains(tmp_path, capsys, own, overr
     for command in ("config", "train"):
         code, out, err = _run(capsys, command, config, *overrides)
         assert code == 0, (command, err)
-    assert "RUN COMPLETED" in out
+    assert "TRAINING COMPLETE after" in out
 
 
 # ----------------------------------------------------------------------------- the dry run

@@ -144,7 +144,11 @@ def test_a_kill_while_a_backend_finishes_leaves_a_finished_run(tmp_path, cli, ca
     assert code == 0 and "state:    completed" in out
     code, out, err = cli("train", config, "resume=True")
     assert code == 0, err
-    assert "NOTHING TO DO" in out and "RUN COMPLETED" in out and "RUN RUNNING" not in out
+    assert (
+        "NOTHING TO DO" in out
+        and "TRAINING COMPLETE after" in out
+        and "TRAINING RUNNING" not in out
+    )
 
 
 def test_resuming_a_finished_run_still_recorded_running_repairs_it(tmp_path, cli, capsys):
@@ -158,7 +162,7 @@ def test_resuming_a_finished_run_still_recorded_running_repairs_it(tmp_path, cli
     assert _status(run, capsys)[0] == 75
     code, out, err = cli("train", config, "resume=True")
     assert code == 0, err
-    assert "NOTHING TO DO" in out and "REPAIRED" in out and "RUN COMPLETED" in out
+    assert "NOTHING TO DO" in out and "REPAIRED" in out and "TRAINING COMPLETE after" in out
     assert _status(run, capsys)[0] == 0
     code, out, _err = cli("train", config, "resume=True")
     assert code == 0 and "NOTHING TO DO" in out and "REPAIRED" not in out

@@ -59,7 +59,7 @@ def dry_run(cfg: config_dict.ConfigDict) -> None:
             produced[spec.key] = names
     if type(trainer).attach_metrics is BaseTrainer.attach_metrics:
         with _stage("the score check"):
-            # What setup() checks when it trains, against the metrics just attached.
+            # What fit() checks before it trains, against the metrics just attached.
             check_scores(cfg, trainer.eval_specs(), produced)
     print()
     print("dry run: every split went through the chain.")

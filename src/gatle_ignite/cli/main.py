@@ -211,7 +211,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_checkpoint_arg(evaluate)
 
     status = commands.add_parser(
-        "status", help="show a run directory's state; exit 0 finished, 75 resumable, 1 failed"
+        "status",
+        help="show a run directory's state; exit 0 finished, 75 resumable, 1 failed, 65 diverged",
     )
     status.add_argument("save_dir", help="the run's save_dir")
 
@@ -320,18 +321,18 @@ def _train(args: argparse.Namespace, paths: list[str]) -> int:
     if len(paths) > 1:
         # Each child loads and validates its own config; the parent only fans out.
         return launcher.launch_many(paths, [f"--override={item}" for item in args.override])
-    from gatle_ignite.cli.summary import last_recorded, print_run_summary, summary_follows
+    from gatle_ignite.cli.summary import end_of_run, last_recorded
+    from gatle_ignite.utils.train_command import train_command
 
     cfg = _prepare(args, paths[0])
     _check_components(cfg)
-    started, before = time.monotonic(), last_recorded(cfg.save_dir)
-    with summary_follows():
+    before = last_recorded(cfg.save_dir)
+    with train_command():
         launcher.launch(cfg)
     if _trained_beside_another_run(cfg, before, last_recorded(cfg.save_dir)):
         print(f"TRAINING COMPLETE, nothing recorded: {cfg.save_dir} holds another run.")
-    else:
-        print_run_summary(cfg, paths[0], args.override, time.monotonic() - started)
-    return 0
+        return 0
+    return end_of_run(cfg, paths[0], args.override, time.monotonic() - args.started)
 
 
 def _trained_beside_another_run(cfg, before, after) -> bool:
@@ -421,11 +422,29 @@ def _show_tracebacks_redacted() -> None:
     threading.excepthook = redacted_thread_excepthook
 
 
+def _process_age() -> float:
+    """Wall seconds since this process started, from ``/proc`` (Linux); 0.0 where it cannot
+    be read."""
+    try:
+        with open("/proc/self/stat", encoding="ascii") as stat:
+            # After the name, which may hold spaces and parentheses: starttime is the 20th.
+            fields = stat.read().rsplit(")", 1)[1].split()
+        with open("/proc/uptime", encoding="ascii") as uptime:
+            since_boot = float(uptime.read().split()[0])
+        return max(since_boot - int(fields[19]) / os.sysconf("SC_CLK_TCK"), 0.0)
+    except (OSError, ValueError, IndexError, AttributeError):
+        return 0.0
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Run the CLI on ``argv`` (default ``sys.argv[1:]``) and return the exit code."""
     from gatle_ignite.trainer.preemption import EXIT_INTERRUPTED, Interrupted, Preempted
 
+    # What the command cost counts from the process's start, the interpreter and the imports
+    # included, when it is the process (`gatle-ignite ...`); called from other code, from here.
+    started = time.monotonic() - (_process_age() if argv is None else 0.0)
     args = build_parser().parse_args(argv)
+    args.started = started
     show_framework_warnings_plainly()
     _show_tracebacks_redacted()
     try:

@@ -2,7 +2,8 @@
 
 The exit code is for job scripts: 0 the run is finished (completed, stopped early or pruned),
 75 it can be continued with ``resume=True`` (preempted, killed without a word, or its
-``run.json`` damaged, which a resume rebuilds), 1 it failed or diverged, 3 a live process is
+``run.json`` damaged, which a resume rebuilds), 1 it failed, 65 it diverged (the code
+``gatle-ignite train`` exited with: resumed as it is, it diverges again), 3 a live process is
 training it now.
 """
 
@@ -18,6 +19,7 @@ from gatle_ignite.run.layout import CONFIG_FILE, MANIFEST_FILE
 from gatle_ignite.run.lock import holder
 from gatle_ignite.run.manifest import Manifest
 from gatle_ignite.run.scores import LOWER_IS_BETTER, metric_value, scoring
+from gatle_ignite.trainer.lifecycle import EXIT_DIVERGED
 from gatle_ignite.trainer.preemption import EXIT_PREEMPTED
 
 __all__ = ["run_status"]
@@ -30,7 +32,7 @@ _EXIT_CODES = {
     "preempted": EXIT_PREEMPTED,
     "interrupted": EXIT_PREEMPTED,
     "failed": EXIT_FAILED,
-    "diverged": EXIT_FAILED,
+    "diverged": EXIT_DIVERGED,
     "running": EXIT_RUNNING,
 }
 
@@ -116,6 +118,9 @@ def run_status(save_dir) -> int:
     _print_holder(live)
     if manifest.sweep:
         print(f"sweep:    {_trial_line(manifest.sweep)}")
+        if _EXIT_CODES.get(state) == EXIT_PREEMPTED:
+            # The study, not this exit code, decides whether the trial goes on.
+            print("          requeue its sweep, which resumes it; not this run on its own")
     print(f"trained:  {_progress(manifest)}")
     print(f"config:   {manifest.config_fingerprint}, last written {manifest.updated}")
     _print_checkpoints(manifest.checkpoints, manifest.config)

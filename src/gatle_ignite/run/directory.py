@@ -41,6 +41,7 @@ from gatle_ignite.run.loading import (
 from gatle_ignite.run.lock import RunLock
 from gatle_ignite.run.manifest import Manifest
 from gatle_ignite.utils.dist import rank_zero_print
+from gatle_ignite.utils.train_command import under_train_command
 
 __all__ = [
     "Plan",
@@ -287,8 +288,9 @@ class RunDirectory:
         entries = indexed_view(self.path, found)
         payload = self.payload
         if not self.cfg.resume:
-            if entries and self._keeps_nothing():
-                return self._scratch(found, entries)
+            beside = self._beside_another_run() if entries else None
+            if beside is not None:
+                return self._scratch(found, entries, beside)
             if entries:
                 self._replace_or_refuse(found, entries)
             return self._start(payload)
@@ -303,17 +305,27 @@ class RunDirectory:
         stale = found is not None and found.state == "running"
         return self._resume(self._adopt(found, entries, payload), payload, stale)
 
-    def _keeps_nothing(self) -> bool:
-        return not self.cfg.get("save_ckpt", True) and not self.cfg.get("replace_run", False)
+    def _beside_another_run(self) -> Optional[str]:
+        """Why a fresh run may train beside the run in save_dir, writing nothing there; None
+        when it must replace that run or be refused."""
+        if self.cfg.get("replace_run", False):
+            return None
+        if not self.cfg.get("save_ckpt", True):
+            return "this run has save_ckpt=False"
+        if not under_train_command():
+            # 0.4's scripts cannot pass --override: the teacher_student verify script trains
+            # in the save_dir of the run it checks.
+            return "this fresh run (resume=False) comes from a script's fit()"
+        return None
 
-    def _scratch(self, manifest: Optional[Manifest], entries: list) -> Plan:
-        """A run that saves nothing (save_ckpt=False) beside the run this save_dir holds, as a
-        0.4 script trains one to check a task: it may train, but it writes nothing here."""
+    def _scratch(self, manifest: Optional[Manifest], entries: list, why: str) -> Plan:
+        """A run beside the run this save_dir holds, as a 0.4 script trains one to check a task:
+        it may train, but it writes nothing here."""
         found = manifest.describe() if manifest else f"{len(entries)} checkpoint(s) of a run"
         warnings.warn(
-            f"save_dir {self.path} holds {found}; this run has save_ckpt=False, so it trains "
-            f"without writing anything there (no checkpoint, run.json, config.json, metrics.csv "
-            f"or TensorBoard file), and that run stays as it is.",
+            f"save_dir {self.path} holds {found}; {why}, so it trains without writing anything "
+            f"there (no checkpoint, run.json, config.json, metrics.csv or TensorBoard file), and "
+            f"that run stays as it is.",
             stacklevel=5,
         )
         return Plan("scratch")

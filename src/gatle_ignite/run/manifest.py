@@ -9,7 +9,7 @@ the whole file atomically, so a reader sees the old manifest or the new one, nev
 import json
 import socket
 import uuid
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Optional
@@ -117,11 +117,21 @@ class Manifest:
         if self.provenance:
             # How long this process has had the run: to its end, or a kill's last checkpoint.
             self.provenance[-1]["until"] = self.updated
-        # stop_reason quotes an exception, which may quote a URL with its credentials.
-        data = redact(asdict(self))
+        data = self._redacted()
         text = json.dumps(data, indent=2) + "\n"
         compact = json.dumps(data, separators=(",", ":")) + "\n" if last_word else None
         write_atomically(Path(save_dir) / MANIFEST_FILE, text, when_full=compact)
+
+    def _redacted(self) -> dict:
+        """Every field, redacted: stop_reason quotes an exception, which may quote a URL with
+        its credentials. The config, the largest part, is redacted once per config: a run
+        rewrites the file at every checkpoint, and its config does not change."""
+        cached = self.__dict__.get("_config_redacted")
+        if cached is None or cached[0] is not self.config:
+            cached = self._config_redacted = (self.config, redact(self.config))
+        data = redact(asdict(replace(self, config={})))
+        data["config"] = cached[1]
+        return data
 
     # ---- the checkpoint index ----
 

@@ -29,6 +29,7 @@ from gatle_ignite.sweep.study import finished_states, quiet_optuna, require_optu
 from gatle_ignite.sweep.trial import (
     Outcome,
     outcome_of,
+    record_failure,
     train_argv,
     trial_dir,
     trial_name,
@@ -128,7 +129,8 @@ class SweepRun:
     # ---- outcomes ----
 
     def count(self, outcome: Outcome, number: int) -> None:
-        """Count failures in a row; past the sweep's limit the sweep stops."""
+        """Count failures in a row; past the sweep's limit the sweep stops. A diverged trial
+        is no failure of the sweep: its values made the loss blow up, and the next may not."""
         with self._lock:
             if outcome.state != "failed":
                 self.failures_in_row = 0
@@ -253,6 +255,10 @@ class Worker:
                 if not run.stop.is_set():
                     run.request_stop(f"trial {job.number} was preempted")
                 return
+            if outcome.state == "failed":
+                # Before the study hears it: a worker dying in between leaves the trial running
+                # there, and the next sweep resumes it.
+                record_failure(save_dir, outcome.reason)
             self._tell(job, outcome)
         finally:
             job.claim.release()
@@ -333,7 +339,9 @@ class Worker:
             elif outcome.state == "pruned":
                 run.study.tell(job.number, state=states.PRUNED)
             else:
-                storage.set_trial_user_attr(job.trial_id, "fail_reason", outcome.reason)
+                # Diverged too: Optuna fails a trial whose objective is NaN, and its samplers
+                # leave failed trials out.
+                storage.set_trial_user_attr(job.trial_id, "fail_reason", _fail_reason(outcome))
                 run.study.tell(job.number, state=states.FAIL)
         run.say(self._told_line(job.number, outcome, storage.get_trial(job.trial_id)))
         run.count(outcome, job.number)
@@ -348,6 +356,11 @@ class Worker:
         metric = self.run.record.metric
         if outcome.state == "failed":
             return f"trial {number} failed: {outcome.reason}"
+        if outcome.state == "diverged":
+            return (
+                f"trial {number} diverged ({outcome.reason}): a failed trial in the study, "
+                f"and the sweep goes on"
+            )
         value = f"{metric} {frozen.value:.5g}" if frozen.value is not None else "no score"
         if outcome.state == "pruned":
             return f"trial {number} pruned ({outcome.reason}): {value}"
@@ -359,6 +372,10 @@ class Worker:
         except ValueError:
             return ""
         return f" (best so far: trial {best.number}, {best.value:.5g})"
+
+
+def _fail_reason(outcome: Outcome) -> str:
+    return f"diverged: {outcome.reason}" if outcome.state == "diverged" else outcome.reason
 
 
 def _stopped_by_us(run: SweepRun, code: int) -> bool:

@@ -44,7 +44,7 @@ from gatle_ignite.trainer.handlers import (
     check_every,
     clear_state,
     empty_cuda_cache,
-    save_and_log_cadences,
+    forced_check_cadences,
 )
 from gatle_ignite.trainer.lifecycle import recorded_run, settle_writes
 from gatle_ignite.trainer.model_graph import attach_model_graph
@@ -332,7 +332,7 @@ class BaseTrainer:
         """Build everything. Idempotent, so fit() and evaluate() can both call it.
 
         It opens no run: a script may build the trainer of a finished run to inspect it, and
-        fit() decides (and refuses) what happens to the run in save_dir.
+        fit() decides what happens to the run in save_dir.
         """
         if self._built:
             return self
@@ -359,8 +359,6 @@ class BaseTrainer:
         self.build_engines()
         self.build_scheduler()
         self.attach_metrics()
-        if "run" not in cfg:
-            check_scores(cfg, self.eval_specs(), self._metric_names)
         # Before attach_checkpoints, which saves their counters. Inference mode never trains.
         if "run" not in cfg:
             self._early_stoppers = build_early_stoppers(
@@ -422,16 +420,18 @@ class BaseTrainer:
             attach_checkpoints(self)
             self._checkpoints_for = self.run_dir
 
-    def _tell_logger(self, method, *args):
-        """Call a logger method 0.4's logger protocol lacks, if the logger has it: a task's own
-        logger object needs only start, the four on_* methods and finish."""
+    def _tell_logger(self, method, *args, **kwargs):
+        """Call a method of the logger, if it has one: a task's own logger object (or a test's
+        spy) may have only some of 0.4's protocol, and none of the newer methods."""
         call = getattr(self.logger, method, None)
         if call is not None:
-            call(*args)
+            call(*args, **kwargs)
 
     def _prepare_fit(self):
         """Build, load, and attach every handler of a training run; returns the data to run."""
         self.setup()
+        # Here, not in setup(): a 0.4 script builds a task to inspect it, never evaluating it.
+        check_scores(self.cfg, self.eval_specs(), self._metric_names)
         self._join_run()
         groups = param_group_names(self.optimizer)
         self.run_dir.note_lr_groups(groups)
@@ -492,8 +492,7 @@ class BaseTrainer:
 
     def teardown(self, failed=False):
         """Close every logging backend, marking the run failed when it was."""
-        if self.logger is not None:
-            self.logger.finish(failed=failed)
+        self._tell_logger("finish", failed=failed)
 
     def build_dataloaders(self):
         """One dataloader per declared engine, from each spec's ``<split>_ds_name``.
@@ -670,24 +669,22 @@ class BaseTrainer:
         # at an epoch's end, before anything evaluates, saves or logs that epoch.
         self._nan_check = NonFiniteCheck(
             every=check_every(self.cfg, self.device),
-            also_at=save_and_log_cadences(self.cfg, epoch_length_of(self.cfg, self.dls["train"])),
+            also_at=forced_check_cadences(self.cfg, epoch_length_of(self.cfg, self.dls["train"])),
             world_size=idist.get_world_size(),
             preemption=PREEMPTION,
             on_stop=self._mark_diverged,
         )
         self._nan_check.attach(trainer)
-        if self.logger is not None:
-            self._tell_logger("follow_losses", self._nan_check)
-            self.logger.on_train_epoch_end(trainer, self.optimizer)
-            self.logger.on_train_iteration(trainer, self.model)
+        self._tell_logger("follow_losses", self._nan_check)
+        self._tell_logger("on_train_epoch_end", trainer, self.optimizer)
+        self._tell_logger("on_train_iteration", trainer, self.model)
         for spec in self.eval_specs():
             self._attach_eval_runner(trainer, spec)
         for stopper in self._early_stoppers.values():
             self._post_eval.setdefault(stopper.spec.key, []).append(stopper)
-        if self.logger is not None:
-            # After the evaluations: one record per epoch, every engine's metrics together.
-            self._tell_logger("on_epoch_logged", trainer)
-            self.logger.on_completion(trainer)
+        # After the evaluations: one record per epoch, every engine's metrics together.
+        self._tell_logger("on_epoch_logged", trainer)
+        self._tell_logger("on_completion", trainer)
 
     def _mark_diverged(self):
         self._diverged = True
@@ -706,8 +703,7 @@ class BaseTrainer:
             self.run_eval_engine(spec)
 
         # Beside the handler that runs the engine, so no engine runs without being logged.
-        if self.logger is not None:
-            self.logger.on_valid_epoch_end(trainer, engine)
+        self._tell_logger("on_valid_epoch_end", trainer, engine)
 
     def attach_progress(self):
         """Progress reporting, memory cleanup, and the DDP sampler's epoch."""

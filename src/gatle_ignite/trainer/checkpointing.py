@@ -189,9 +189,11 @@ def attach_checkpoints(trainer) -> None:
     cfg = trainer.cfg
     if "run" in cfg:
         return
-    if cfg.save_ckpt:
+    # A run beside another run in save_dir (RunDirectory._scratch) saves nothing either.
+    saves = cfg.save_ckpt and trainer._keeps_files()
+    if saves:
         trainer._resumable = ResumableLoader(lambda: trainer.dls["train"])
-    handlers = _Handlers(trainer, _to_save(trainer)) if cfg.save_ckpt else None
+    handlers = _Handlers(trainer, _to_save(trainer)) if saves else None
     for spec in trainer.eval_specs():
         if spec.score_field is None:
             continue
@@ -272,9 +274,9 @@ def _attach_best(trainer, spec, score_name, score_factor, handlers) -> None:
             score_function=score_function(score_name, score_factor),
             score_name=None,
             global_step_transform=global_step_from_engine(trainer_engine),
-            # A tie keeps the earlier file: only a strictly better score is an improvement,
-            # as early stopping counts it.
-            greater_or_equal=False,
+            # 0.4's rule, which projects rely on: a tie moves the file to the newest epoch.
+            # Early stopping still counts a tie as no improvement.
+            greater_or_equal=True,
         )
 
     def check_then_save(engine):
