@@ -178,7 +178,7 @@ class _Figures(NamedTuple):
 
 def _draw(histories, labels, columns, group_names, scores, metrics, axis, positions, perf):
     group_names = group_names or [[] for _ in histories]
-    positions = positions or [x_position("iteration", h, {}, None) for h in histories]
+    positions = positions or [x_position("iteration", h) for h in histories]
     chosen = choose_panels(histories, scores or {}, metrics)
     drawn = _Drawn(histories, labels, group_names, positions, axis)
     if not chosen.main:
@@ -227,7 +227,7 @@ def _positions(axis: str, runs: list, histories: list, labels: list) -> list:
     """Each run's position function on ``axis``; a run that recorded nothing to place its
     points by is left out (None) with a warning, and none left is a config error."""
     positions = [
-        x_position(axis, history, run.config, run.epoch_length)
+        x_position(axis, history, run.value("train_ds_params.bs"), run.epoch_length)
         for run, history in zip(runs, histories)
     ]
     if all(position is None for position in positions):

@@ -81,9 +81,8 @@ def _at_step(history: dict, name: str) -> dict:
     return {p.step: p.value for p in history.get(name, ()) if p.step is not None}
 
 
-def _samples_per_iteration(config: dict, history: dict, epoch_length) -> Optional[float]:
+def _samples_per_iteration(batch, history: dict, epoch_length) -> Optional[float]:
     """The samples one iteration takes in (every rank's together), as the run recorded it."""
-    batch = (config.get("train_ds_params") or {}).get("bs")
     if isinstance(batch, int) and not isinstance(batch, bool) and batch > 0:
         return float(batch)
     if not epoch_length:
@@ -107,10 +106,11 @@ def _tokens_per_sample(history: dict) -> Optional[float]:
 
 
 def x_position(
-    axis: str, history: dict, config: dict, epoch_length: Optional[int]
+    axis: str, history: dict, batch_size=None, epoch_length: Optional[int] = None
 ) -> Optional[Callable[[Point], Optional[float]]]:
     """Where a point of this run lies on ``axis`` (None for a point that cannot be placed), or
     None when the run recorded nothing to place its points by (no tokens, no batch size).
+    ``batch_size`` is the config's ``train_ds_params.bs``, the batch over every rank.
 
     ``iteration`` is the point's step; ``epoch`` its step over the epoch's length (an epoch
     metric lies on its whole epoch), or its epoch where the length or the step is unknown.
@@ -121,7 +121,7 @@ def x_position(
         if not epoch_length:
             return lambda point: point.epoch
         return lambda p: p.step / epoch_length if p.step is not None else p.epoch
-    per_iteration = _samples_per_iteration(config, history, epoch_length)
+    per_iteration = _samples_per_iteration(batch_size, history, epoch_length)
     if per_iteration is not None and axis == "tokens":
         per_sample = _tokens_per_sample(history)
         per_iteration = per_iteration * per_sample if per_sample is not None else None
