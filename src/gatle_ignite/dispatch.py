@@ -7,6 +7,7 @@ import importlib.util
 import inspect
 import os
 import pkgutil
+import re
 import sys
 from pathlib import Path
 from typing import Optional
@@ -354,6 +355,11 @@ def call_with_params(entrypoint, params, field, *args):
         if not mismatch and not module.startswith("gatle_ignite."):
             _note_library(error, field, params, f"while building {name}(**{field}) from")
             raise
+        key = None if mismatch else _blamed_key(params, str(error))
+        if key is not None:
+            raise ParamsError(
+                f"{field}.{key}: {error}\n  {name} refuses it; fix cfg.{field}.{key}."
+            ) from error
         raise ParamsError(
             f"{field} not accepted by {name}: {error}\n"
             f"  Its parameters: {_signature_of(entrypoint)}; fix cfg.{field}."
@@ -370,6 +376,21 @@ def _note_library(error: Exception, field: str, params: dict, built: str) -> Non
     note = library_note(error, field, params, built)
     if note is not None:
         add_note(error, note)
+
+
+def _blamed_key(params: dict, message: str) -> Optional[str]:
+    """The one key whose value the message quotes (torch's ``Invalid learning rate: -0.001``
+    names lr), or None when no key's value, or more than one's, appears in it."""
+
+    def quoted(value) -> bool:
+        if isinstance(value, (list, tuple)):
+            return any(quoted(item) for item in value)
+        if isinstance(value, bool) or not isinstance(value, (int, float, str)) or value == "":
+            return False
+        return re.search(rf"(?<![\w.]){re.escape(str(value))}(?![\w.])", message) is not None
+
+    keys = [key for key, value in params.items() if quoted(value)]
+    return keys[0] if len(keys) == 1 else None
 
 
 def _signature_of(entrypoint) -> str:

@@ -291,6 +291,12 @@ FIELD_DOCS: dict[str, str] = {
         "lines); 1 (default) also the progress lines; 2 also ignite's own INFO lines (loader "
         "settings, the DDP wrap, EarlyStopping's own `Stop training`)."
     ),
+    "progress_seconds": (
+        "Off a terminal (output to a log file or a pipe), the seconds at least between two "
+        "training or evaluation progress lines; the first comes once this long has passed. "
+        "The epoch blocks are printed whatever it says. 0: the ten lines per epoch a "
+        "terminal gets."
+    ),
     "watch_grad": (
         "Log the global gradient norm (`train/grad_norm`) every `log_every` iterations and "
         "call each backend's `watch(model)` once."
@@ -421,6 +427,7 @@ FIELD_GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "logger_name",
             "log_every",
             "verbosity",
+            "progress_seconds",
             "watch_grad",
             "tags",
             "wandb_entity",

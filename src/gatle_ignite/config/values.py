@@ -72,6 +72,11 @@ _RULES = (
     ),
     (("dist_timeout",), lambda v: v is None or (_is_int(v) and v >= 1), "None or an int >= 1"),
     (("verbosity",), lambda v: _is_int(v) and 0 <= v <= 2, "0, 1 or 2"),
+    (
+        ("progress_seconds",),
+        lambda v: _is_number(v) and v >= 0,
+        "a number of seconds >= 0 (0: every progress line, as on a terminal)",
+    ),
     (("strategy",), lambda v: v in ("ddp", "fsdp"), "'ddp' or 'fsdp'"),
     # NumPy's seeding range, which setup_seed passes every seed through.
     (("seed",), lambda v: _is_int(v) and 0 <= v < 2**32, "an int in [0, 2**32)"),

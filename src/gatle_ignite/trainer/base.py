@@ -48,6 +48,7 @@ from gatle_ignite.trainer.handlers import (
     forced_check_cadences,
 )
 from gatle_ignite.trainer.lifecycle import recorded_run, settle_writes
+from gatle_ignite.trainer.model_graph import attach_model_graph
 from gatle_ignite.trainer.preemption import REQUEST as PREEMPTION
 from gatle_ignite.trainer.preemption import preemption_signals, shield_workers, stop_at_once
 from gatle_ignite.trainer.progress import attach_progress_output, epoch_length_of
@@ -435,7 +436,9 @@ class BaseTrainer:
         # Here, not in setup(): a 0.4 script builds a task to inspect it, never evaluating it.
         check_scores(self.cfg, self.eval_specs(), self._metric_names)
         self._join_run()
-        self.run_dir.note_lr_groups(param_group_names(self.optimizer))
+        groups = param_group_names(self.optimizer)
+        self.run_dir.note_lr_groups(groups)
+        self._tell_logger("name_lr_groups", groups)
         load_checkpoints(self)
         if self.cfg.resume:
             # What was logged after the checkpoint is trained again: no history holds it twice.
@@ -443,6 +446,7 @@ class BaseTrainer:
         self._telemetry = Telemetry(self)
         # First at an epoch's end, so its training time stops before anything else runs.
         self._telemetry.attach_clocks(self.engines)
+        attach_model_graph(self, self._telemetry.overhead)
         self.attach_runner()
         self._sweep_trial = attach_trial(self)
         trainer = self.engines["trainer"]
