@@ -27,14 +27,16 @@ usage forms:
   gatle-ignite eval --config=CFG.py [--ckpt best|latest|PATH] [--override KEY=VALUE]...
   gatle-ignite config --config=CFG.py[,CFG2.py...] [--dry-run] [--all] [--override KEY=VALUE]...
   gatle-ignite status SAVE_DIR
-  gatle-ignite runs DIR [DIR ...] [--csv] [--provenance]
+  gatle-ignite runs DIR [DIR ...] [--all] [--csv] [--provenance]
   gatle-ignite sweep --config=CFG.py --dir DIR --trials N --param KEY=SPACE... [--workers W]
   gatle-ignite predict --config=CFG.py --out FILE [--ckpt best|latest|PATH] [--split SPLIT]
                        [--with-targets]
   gatle-ignite export --config=CFG.py --format safetensors|pt2|onnx --out DIR
-                      [--ckpt best|latest|PATH] [--weights eval|raw] [--force]
+                      [--ckpt best|latest|PATH] [--weights eval|raw] [--dynamic KEY=DIM,...]
+                      [--force]
   gatle-ignite lr-find --config=CFG.py [--start-lr LR] [--end-lr LR] [--num-iter N] [--out PNG]
-  gatle-ignite plot DIR [DIR ...] --out FILE.png [--best K]
+  gatle-ignite plot DIR [DIR ...] --out FILE.png [--best K] [--metrics PATTERN...]
+                    [--x iteration|epoch|samples|tokens] [--perf]
   gatle-ignite consolidate SRC.dcp OUT.pt
 """
 
@@ -142,14 +144,40 @@ def _add_tool_parsers(commands) -> None:
         "--best", type=_positive, metavar="K", help="draw only the K runs with the best score"
     )
     plot.add_argument(
+        "--metrics",
+        nargs="+",
+        metavar="PATTERN",
+        help="draw only the metrics these shell patterns match ('valid/*', 'train/loss*')",
+    )
+    plot.add_argument(
+        "--x",
+        choices=("iteration", "epoch", "samples", "tokens"),
+        default="iteration",
+        help="the x axis: the global iteration (default), the epoch, or the samples or "
+        "tokens taken in, which puts runs of other batch sizes or world sizes on one axis",
+    )
+    plot.add_argument(
+        "--perf",
+        action="store_true",
+        help="also draw the perf/ metrics, in a figure of their own: <out>_perf.png",
+    )
+    plot.add_argument(
         "--storage",
         metavar="URL",
         help="a sweep's database URL with its credentials, which its record leaves out",
     )
 
-    runs = commands.add_parser("runs", help="compare runs: one line each, the best score first")
+    runs = commands.add_parser(
+        "runs", help="compare runs: one line each, the best score first, a table per score"
+    )
     runs.add_argument(
         "dirs", nargs="+", metavar="DIR", help="a run's save_dir, a folder of runs or a sweep"
+    )
+    runs.add_argument(
+        "--all",
+        action="store_true",
+        dest="everything",
+        help="every differing field by its dotted key, and the paths, whatever the width",
     )
     runs.add_argument("--csv", action="store_true", help="print CSV instead of a table")
     runs.add_argument(
@@ -366,11 +394,21 @@ def _run_command(args: argparse.Namespace) -> int:
     if args.command == "plot":
         from gatle_ignite.cli.plot import run_plot
 
-        return run_plot(args.run_dirs, args.out, best=args.best, storage=args.storage)
+        return run_plot(
+            args.run_dirs,
+            args.out,
+            best=args.best,
+            storage=args.storage,
+            metrics=args.metrics,
+            x=args.x,
+            perf=args.perf,
+        )
     if args.command == "runs":
         from gatle_ignite.cli.runs import run_runs
 
-        return run_runs(args.dirs, as_csv=args.csv, provenance=args.provenance)
+        return run_runs(
+            args.dirs, as_csv=args.csv, provenance=args.provenance, everything=args.everything
+        )
     if args.command == "sweep":
         from gatle_ignite.cli.sweep import run_sweep_command
 

@@ -8,7 +8,6 @@ A run is ranked by the checkpoints its ``run.json`` indexes; a file there that i
 is named in a warning and never ranked (a 0.4 run has no index: its files are all there is).
 """
 
-import fnmatch
 import json
 import math
 import os
@@ -20,7 +19,7 @@ from typing import Optional
 
 from gatle_ignite.dispatch import ConfigError
 from gatle_ignite.run.filesystem import read_confined
-from gatle_ignite.run.identity import BOOKKEEPING, flatten
+from gatle_ignite.run.identity import bookkeeping, flatten
 from gatle_ignite.run.layout import (
     CONFIG_FILE,
     LATEST_PREFIX,
@@ -30,13 +29,18 @@ from gatle_ignite.run.layout import (
     parse_checkpoint_name,
 )
 from gatle_ignite.run.manifest import checked_entry
-from gatle_ignite.run.scores import metric_value, scoring
+from gatle_ignite.run.scores import LOWER_IS_BETTER, metric_value, scoring
 from gatle_ignite.run.storage import holder_of, is_url, place_of
 
 __all__ = [
     "RunSummary",
+    "ScoreGroup",
     "best_first",
+    "by_score",
+    "compared_params",
     "differing_params",
+    "direction_words",
+    "distinct_labels",
     "find_runs",
     "is_run_dir",
     "read_run",
@@ -47,26 +51,33 @@ __all__ = [
 _NO_RUN_HINT = "Give a run's save_dir, a folder of runs or a sweep directory."
 
 
+def direction_words(score_factor) -> str:
+    """``higher is better``, or ``lower is better`` for a negative ``score_factor``."""
+    return LOWER_IS_BETTER if (score_factor or 1) < 0 else "higher is better"
+
+
 @dataclass
 class RunSummary:
     """What one run directory says about its run.
 
     ``score`` is the best ``score_name`` value in the run's own units; ``ranking`` is the same
-    times ``score_factor``, which is higher for the better run whatever the direction;
-    ``lower_is_better`` says that direction (a negative factor).
+    times ``score_factor``, which is higher for the better run whatever the direction. A sweep's
+    trial knows its ``trial`` number and its ``sweep``'s name.
     """
 
     path: Path
     name: str
     state: str
     trial: Optional[int] = None
+    sweep: Optional[str] = None
     score_name: Optional[str] = None
+    score_factor: float = 1
     score: Optional[float] = None
     ranking: Optional[float] = None
     score_epoch: Optional[int] = None
-    lower_is_better: bool = False
     epochs: Optional[int] = None
     max_epochs: Optional[int] = None
+    epoch_length: Optional[int] = None
     seconds: Optional[float] = None
     config: dict = field(default_factory=dict)
     params: dict = field(default_factory=dict)
@@ -75,7 +86,16 @@ class RunSummary:
 
     @property
     def label(self) -> str:
-        return f"trial {self.trial}" if self.trial is not None else self.name
+        """The run's name; a sweep's trial is ``<sweep>/trial <n>``, so two sweeps' trials
+        differ."""
+        if self.trial is None:
+            return self.name
+        return f"{self.sweep}/trial {self.trial}" if self.sweep else f"trial {self.trial}"
+
+    @property
+    def direction(self) -> str:
+        """Which way the score improves, in words."""
+        return direction_words(self.score_factor)
 
     def value(self, key: str):
         """The run's value of the dotted config field ``key`` (a sweep's own parameter when the
@@ -251,6 +271,17 @@ def _trial(manifest: Optional[dict]) -> Optional[int]:
     return trial if isinstance(trial, int) and not isinstance(trial, bool) else None
 
 
+def _sweep_name(manifest: Optional[dict]) -> Optional[str]:
+    """The trial's study (the sweep directory's name unless the sweep named it), or None."""
+    record = _sweep_trial(manifest)
+    study, sweep_dir = record.get("study"), record.get("sweep_dir")
+    if isinstance(study, str) and study:
+        return study
+    if isinstance(sweep_dir, str) and Path(sweep_dir).name:
+        return Path(sweep_dir).name
+    return None
+
+
 def _manifest(path: Path) -> Optional[dict]:
     manifest = _read_json(path / MANIFEST_FILE)
     if manifest is not None and not isinstance(manifest.get("config", {}), dict):
@@ -269,6 +300,7 @@ def read_run(path) -> RunSummary:
     config = (manifest or {}).get("config") or _read_json(here / CONFIG_FILE) or {}
     entries = _entries(place, manifest)
     score_name, factor = scoring(config, "valid")
+    factor = _factor(factor)
     best = _best(entries, score_name)
     params = _sweep_trial(manifest).get("params")
     return RunSummary(
@@ -276,13 +308,15 @@ def read_run(path) -> RunSummary:
         name=str((manifest or {}).get("name") or config.get("name") or _last_name(path)),
         state=_state(place, manifest),
         trial=_trial(manifest),
+        sweep=_sweep_name(manifest),
         score_name=score_name,
+        score_factor=factor,
         score=metric_value(best.score, factor) if best is not None else None,
         ranking=best.score if best is not None else None,
         score_epoch=best.epoch if best is not None else None,
-        lower_is_better=factor < 0,
         epochs=_trained_epochs(manifest, entries),
         max_epochs=_count(manifest, "max_epochs") or config.get("max_epochs"),
+        epoch_length=_whole((manifest or {}).get("epoch_length")),
         seconds=_seconds(manifest),
         config=flatten(config),
         params=params if isinstance(params, dict) else {},
@@ -293,6 +327,15 @@ def read_run(path) -> RunSummary:
 
 def _last_name(path) -> str:
     return path.rstrip("/").rsplit("/", 1)[-1] if isinstance(path, str) else path.name
+
+
+def _whole(value) -> Optional[int]:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
+def _factor(value) -> float:
+    is_number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    return value if is_number and value else 1
 
 
 def _lr_groups(manifest: Optional[dict]) -> list:
@@ -314,11 +357,57 @@ def read_runs(paths) -> list:
     return best_first(read_run(path) for path in find_runs(paths))
 
 
+@dataclass
+class ScoreGroup:
+    """Runs scored by the same metric in the same direction, the best first: the runs that
+    can be ranked against each other. ``score_name`` is None for the runs without a score."""
+
+    score_name: Optional[str]
+    direction: Optional[str]
+    runs: list
+
+    @property
+    def title(self) -> str:
+        count = f"{len(self.runs)} run(s)"
+        if self.score_name is None:
+            return f"{count} without a score"
+        return f"{count} scored by {self.score_name} ({self.direction}), the best first"
+
+
+def by_score(runs) -> list:
+    """``runs`` in groups of one score metric and direction, each ranked on its own (a loss
+    and an accuracy are never ranked together); the largest group first, the runs without a
+    score last."""
+    groups = {}
+    for run in runs:
+        key = (run.score_name, run.direction) if run.score_name else (None, None)
+        groups.setdefault(key, []).append(run)
+    ordered = sorted(
+        groups.items(), key=lambda item: (item[0][0] is None, -len(item[1]), str(item[0]))
+    )
+    return [
+        ScoreGroup(name, direction, best_first(members)) for (name, direction), members in ordered
+    ]
+
+
+def distinct_labels(runs: list) -> list:
+    """Each run's label; where labels repeat, its directory's name, and where those repeat
+    too, its path below the folder that holds every run."""
+    labels = [run.label for run in runs]
+    top = Path(os.path.commonpath([str(run.path.absolute()) for run in runs])) if runs else None
+    for other in (lambda run: run.path.name, lambda run: _below(run.path, top)):
+        labels = [
+            other(run) if labels.count(label) > 1 else label for run, label in zip(runs, labels)
+        ]
+    return labels
+
+
+def _below(path: Path, top: Optional[Path]) -> str:
+    relative = os.path.relpath(path.absolute(), top) if top is not None else str(path)
+    return str(path) if relative == "." else relative
+
+
 # ---- what sets runs apart ----
-
-
-def _never_training(key: str) -> bool:
-    return any(fnmatch.fnmatchcase(key, pattern) for pattern in BOOKKEEPING)
 
 
 def _comparable(value) -> str:
@@ -333,8 +422,34 @@ def differing_params(runs: list) -> list:
     differing = {
         key
         for key in keys
-        if not _never_training(key)
+        if not bookkeeping(key)
         and len({_comparable(run.config.get(key)) for run in configured}) > 1
     }
     swept = set().union(*(run.params for run in runs)) if runs else set()
     return sorted(differing | swept)
+
+
+def _swept(runs: list) -> list:
+    return list(dict.fromkeys(key for run in runs for key in run.params))
+
+
+def compared_params(runs: list, everything: bool = False) -> list:
+    """The fields that set ``runs`` apart: every parameter a sweep set, then the fields every
+    run sets, to values not all the same, in the config's order (fields that never change
+    training left out). With ``everything``, :func:`differing_params`: a field only some runs
+    set (another loss term, another model's parameter) too."""
+    if everything:
+        return differing_params(runs)
+    swept = _swept(runs)
+    configured = [run for run in runs if run.config]
+    if not configured:
+        return swept
+    differing = [
+        key
+        for key in configured[0].config
+        if key not in swept
+        and not bookkeeping(key)
+        and all(run.config.get(key) is not None for run in configured)
+        and len({_comparable(run.config[key]) for run in configured}) > 1
+    ]
+    return swept + differing

@@ -37,6 +37,7 @@ from gatle_ignite.trainer.checks import (
     check_scores,
     explain_forward_error,
     explain_output_error,
+    note_library_error,
 )
 from gatle_ignite.trainer.handlers import (
     LossAverage,
@@ -48,6 +49,7 @@ from gatle_ignite.trainer.handlers import (
     forced_check_cadences,
 )
 from gatle_ignite.trainer.lifecycle import recorded_run, settle_writes
+from gatle_ignite.trainer.model_graph import attach_model_graph
 from gatle_ignite.trainer.preemption import REQUEST as PREEMPTION
 from gatle_ignite.trainer.preemption import preemption_signals, shield_workers, stop_at_once
 from gatle_ignite.trainer.progress import attach_progress_output, epoch_length_of
@@ -307,14 +309,16 @@ class BaseTrainer:
         return {"y_pred": y_pred, "target": x}
 
     def _forward_explained(self, model_input):
-        """``forward``; a model refusing the ``model_input`` keys says so in one error."""
+        """``forward``; a model refusing the ``model_input`` keys says so in one error, and an
+        error raised inside the library the model comes from names the config that built it."""
         try:
             return self.forward(model_input)
-        except TypeError as error:
-            problem = explain_forward_error(self.model, model_input)
-            if problem is None:
-                raise
-            raise problem from error
+        except Exception as error:
+            problem = explain_forward_error(self.model, model_input, error, self.prep_batch)
+            if problem is not None:
+                raise problem from error
+            note_library_error(error, self.cfg, self.model, model_input)
+            raise
 
     def _loss_explained(self, y_pred, target, iteration):
         """``loss_fn``; one failing to read a model output that is no dict says so in one error."""
@@ -433,7 +437,9 @@ class BaseTrainer:
         # Here, not in setup(): a 0.4 script builds a task to inspect it, never evaluating it.
         check_scores(self.cfg, self.eval_specs(), self._metric_names)
         self._join_run()
-        self.run_dir.note_lr_groups(param_group_names(self.optimizer))
+        groups = param_group_names(self.optimizer)
+        self.run_dir.note_lr_groups(groups)
+        self._tell_logger("name_lr_groups", groups)
         load_checkpoints(self)
         if self.cfg.resume:
             # What was logged after the checkpoint is trained again: no history holds it twice.
@@ -441,6 +447,7 @@ class BaseTrainer:
         self._telemetry = Telemetry(self)
         # First at an epoch's end, so its training time stops before anything else runs.
         self._telemetry.attach_clocks(self.engines)
+        attach_model_graph(self, self._telemetry.overhead)
         self.attach_runner()
         self._sweep_trial = attach_trial(self)
         trainer = self.engines["trainer"]
