@@ -394,16 +394,21 @@ def distinct_labels(runs: list) -> list:
     """Each run's label; where labels repeat, its directory's name, and where those repeat
     too, its path below the folder that holds every run."""
     labels = [run.label for run in runs]
-    top = Path(os.path.commonpath([str(run.path.absolute()) for run in runs])) if runs else None
-    for other in (lambda run: run.path.name, lambda run: _below(run.path, top)):
+    top = os.path.commonpath([_absolute(run.path) for run in runs]) if runs else None
+    for other in (lambda run: _last_name(run.path), lambda run: _below(run.path, top)):
         labels = [
             other(run) if labels.count(label) > 1 else label for run, label in zip(runs, labels)
         ]
     return labels
 
 
-def _below(path: Path, top: Optional[Path]) -> str:
-    relative = os.path.relpath(path.absolute(), top) if top is not None else str(path)
+def _absolute(path) -> str:
+    """A run's path in full; a URL as it is."""
+    return path if isinstance(path, str) else str(path.absolute())
+
+
+def _below(path, top: Optional[str]) -> str:
+    relative = os.path.relpath(_absolute(path), top) if top is not None else str(path)
     return str(path) if relative == "." else relative
 
 
