@@ -637,6 +637,47 @@ def test_a_model_param_named_like_a_secret_is_left_out_of_config_json_and_the_ca
     assert "| Not in config.json | `model_params.hub_token`: named like a secret" in card
 
 
+def _card_snippet(card: str) -> str:
+    return card.split("```python\n", 1)[1].split("```", 1)[0]
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_the_cards_loading_snippet_runs_as_pasted_and_computes_the_models_outputs(tmp_path, fmt):
+    # A bool model param: config.json writes it `true`, which Python does not take.
+    config, save_dir = _toy(tmp_path, model_params={"batchnorm": True, "dropout": 0.0})
+    out = tmp_path / "exported"
+    assert _export(config, [], fmt, out) == 0
+    snippet = _card_snippet((out / "README.md").read_text())
+    inputs, results = tmp_path / "inputs.pt", tmp_path / "outputs.pt"
+    torch.save({"x": torch.randn(5, 8)}, inputs)
+    # Where the card leaves the inputs to the reader (`x=...`, `"x": ...`), give them.
+    filled = snippet.replace("x=...", "x=INPUTS['x']").replace('"x": ...', "\"x\": INPUTS['x']")
+    assert "..." not in filled.split("#")[0]
+    script = tmp_path / "snippet.py"
+    script.write_text(
+        f"import torch\nINPUTS = {{'x': torch.load({str(inputs)!r})['x'].numpy()}}\n"
+        if fmt == "onnx"
+        else f"import torch\nINPUTS = torch.load({str(inputs)!r})\n"
+    )
+    with script.open("a") as handle:
+        handle.write(filled + f"\ntorch.save(outputs, {str(results)!r})\n")
+    # Run from the repository root, as a user pasting it in a session there: `tests` imports.
+    done = subprocess.run(
+        [sys.executable, "-"],
+        input=script.read_text(),
+        cwd=ROOT,
+        env=child_env(),
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr
+    got = torch.load(results, weights_only=False)
+    got = {"logits": torch.from_numpy(got[0])} if fmt == "onnx" else got
+    model = _best_model("tests.toy.model", {"batchnorm": True, "dropout": 0.0}, save_dir)
+    with torch.no_grad():
+        _assert_same(fmt, got, model(**torch.load(inputs)))
+
+
 # ---- for real: a killed export, and a checkpoint two ranks wrote ----
 
 

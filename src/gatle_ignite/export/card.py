@@ -1,7 +1,6 @@
 """The model card, ``README.md`` beside every export: where the model comes from and how it was
 checked, read from the run directory's manifest, and how to load it."""
 
-import json
 import platform
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -107,12 +106,14 @@ def _loading(fmt: str, out: Path, cfg, source: Source, artefact: Artefact) -> st
     call = ", ".join(f"{key}=..." for key in source.inputs)
     path = out / artefact.file
     if fmt == "safetensors":
-        params = json.dumps(config_payload(cfg)["model_params"])
-        module = cfg.model_name
+        # model_params read from config.json: JSON's true/null are not Python literals.
         return (
+            f"import json\n\n"
             f"from safetensors.torch import load_file\n"
-            f"from {module} import Model\n\n"
-            f"model = Model(**{params})  # config.json holds model_name and model_params\n"
+            f"from {cfg.model_name} import Model\n\n"
+            f'with open("{out / artefact.extra_files[0]}") as file:\n'
+            f'    model_params = json.load(file)["model_params"]\n'
+            f"model = Model(**model_params)\n"
             f'model.load_state_dict(load_file("{path}"))\n'
             f"model.eval()\n"
             f"outputs = model({call})"
