@@ -451,26 +451,40 @@ def test_a_length_that_varies_between_batches_is_dynamic_and_checked_at_two_leng
     config, save_dir = _sequence_task(tmp_path)
     out = tmp_path / "exported"
     stdout, card = _exported(capsys, config, fmt, out)
-    assert "BATCH: dynamic (traced on 8 rows)" in stdout
+    # A pt2 program takes the range its guards take, 1 where it equals the eager model there;
+    # an ONNX graph checks no sizes, so its card says the sizes it was checked at.
+    taken = "takes 1 and up" if fmt == "pt2" else "checked at 1, 4 and 8"
+    assert f"BATCH: dynamic (traced on 8 rows), {taken}" in stdout
+    taken = "takes 1 to 12" if fmt == "pt2" else "checked at 1, 4 and 8"
     assert (
-        "DYNAMIC: ids dim 1 (with mask dim 1): traced at 8, takes 2 to 12 (it varies between "
-        "the sampled batches)" in stdout
+        f"DYNAMIC: ids dim 1 (with mask dim 1): traced at 8, {taken} (it varies between "
+        f"the sampled batches)" in stdout
     )
     # The position table has 12 rows: a longer sequence would index past it.
     assert "BOUND: ids dim 1 at most 12: the position table pos.weight has 12 rows" in stdout
     assert f"CHECKED {FILE[fmt]} on a batch of 8: every output equals" in stdout
     assert f"CHECKED {FILE[fmt]} on a batch of 4: every output equals" in stdout
     assert f"CHECKED {FILE[fmt]} on ids dim 1 at 4, a batch of 8: every output equals" in stdout
+    assert f"CHECKED {FILE[fmt]} on a batch of 1: every output equals" in stdout
+    assert f"CHECKED {FILE[fmt]} on ids dim 1 at 1, a batch of 8: every output equals" in stdout
     model = _seq_model(save_dir)
-    # Lengths and a batch the export never saw, the bound itself included.
-    for rows, length in [(3, 11), (5, 12), (2, 3)]:
+    # Lengths and a batch the export never saw, the bound and the size of 1 included.
+    for rows, length in [(3, 11), (5, 12), (2, 3), (1, 1)]:
         inputs = _sequence(rows, length)
         with torch.no_grad():
             _assert_same(fmt, _outputs(fmt, out, inputs), model(**inputs))
-    assert (
-        "| Dynamic dimensions | the batch: `ids` dim 0 and `mask` dim 0, 2 and up; `ids` dim 1 "
-        "and `mask` dim 1, 2 to 12 (the position table pos.weight has 12 rows) |" in card
-    )
+    if fmt == "pt2":
+        dims = (
+            "the batch: `ids` dim 0 and `mask` dim 0, 1 and up; `ids` dim 1 and `mask` dim 1, "
+            "1 to 12 (the position table pos.weight has 12 rows)"
+        )
+    else:
+        dims = (
+            "the batch: `ids` dim 0 and `mask` dim 0, checked at 1, 4 and 8; `ids` dim 1 and "
+            "`mask` dim 1, at most 12 (the position table pos.weight has 12 rows), checked at "
+            "1, 4 and 8; the graph checks no sizes, others are untested"
+        )
+    assert f"| Dynamic dimensions | {dims} |" in card
     assert "ids dim 1 at 4, a batch of 8: max abs diff" in card
     if fmt == "pt2":
         program = torch.export.load(out / "model.pt2").module()
@@ -491,7 +505,10 @@ def test_a_fixed_length_is_static_unless_the_config_or_the_flag_names_it(tmp_pat
     assert "(named by export_params)" in capsys.readouterr().out
     assert _export(config, [], "onnx", tmp_path / "flag", "--dynamic", "ids=-1") == 0
     stdout = capsys.readouterr().out
-    assert "DYNAMIC: ids dim 1 (with mask dim 1): traced at 8, takes 2 to 12 (named by " in stdout
+    assert (
+        "DYNAMIC: ids dim 1 (with mask dim 1): traced at 8, checked at 1, 4 and 8 (named by "
+        in stdout
+    )
     model = _seq_model(save_dir)
     inputs = _sequence(3, 5)
     with torch.no_grad():
@@ -510,25 +527,60 @@ def test_a_length_the_model_fixes_is_one_line_and_the_export_stays_static(tmp_pa
     )
 
 
-def test_a_size_the_programs_guards_refuse_is_said_and_another_is_checked(tmp_path, capsys):
+def _conv_task(tmp_path):
     data = {"n": 32, "in_dim": 16, "bs": 16}
-    config, save_dir = _toy(
+    return _toy(
         tmp_path,
         main_runner="tests.toy.image_trainer",
         model_name="tests.toy.conv_model",
         train_ds_params=data,
         valid_ds_params={**data, "seed": 1},
     )
+
+
+def _images(width: int) -> dict:
+    return {"pixel_values": torch.randn(3, 1, 2, width, generator=torch.Generator().manual_seed(0))}
+
+
+def test_the_pt2_range_is_where_its_guards_take_the_size_and_matches_what_it_runs(tmp_path, capsys):
+    config, save_dir = _conv_task(tmp_path)
     out = tmp_path / "exported"
-    # 8 pixels wide: half of it pools a map 1 wide, which the program's guard refuses.
+    # Stride 4: an image 4 wide or less pools a map 1 wide, which the program's guards refuse.
     stdout, card = _exported(capsys, config, "pt2", out, "--dynamic", "pixel_values=3")
-    assert "REFUSED: pixel_values dim 3 at 4, in its range: the program's Guard failed:" in stdout
+    assert "DYNAMIC: pixel_values dim 3: traced at 8, takes 5 and up (named by --dynamic)" in stdout
+    assert "REFUSED: pixel_values dim 3 at 4 and below: the program's Guard failed:" in stdout
     assert "CHECKED model.pt2 on pixel_values dim 3 at 16, a batch of 16: every output" in stdout
-    assert "`pixel_values` dim 3, 2 and up; its guards refuse 4 (Guard failed:" in card
+    assert "`pixel_values` dim 3, 5 and up; its guards refuse 4 and below (Guard failed:" in card
     model = _best_model("tests.toy.conv_model", {}, save_dir)
-    inputs = {"pixel_values": torch.randn(3, 1, 2, 12)}
-    with torch.no_grad():
-        _assert_same("pt2", _outputs("pt2", out, inputs), model(**inputs))
+    program = torch.export.load(out / "model.pt2").module()
+    # What the card says, for real: every width under 5 refused, every one from 5 computed.
+    for width in range(1, 21):
+        inputs = _images(width)
+        if width < 5:
+            with pytest.raises(Exception, match="Guard failed"):
+                program(**inputs)
+            continue
+        with torch.no_grad():
+            _assert_same("pt2", program(**inputs), model(**inputs))
+
+
+def test_an_onnx_card_states_the_sizes_checked_and_no_pt2_guard(tmp_path, capsys):
+    config, save_dir = _conv_task(tmp_path)
+    out = tmp_path / "exported"
+    stdout, card = _exported(capsys, config, "onnx", out, "--dynamic", "pixel_values=3")
+    assert "DYNAMIC: pixel_values dim 3: traced at 8, checked at 1, 8 and 16 (named by " in stdout
+    assert "CHECKED model.onnx on pixel_values dim 3 at 1, a batch of 16: every output" in stdout
+    assert "Guard" not in card and "refuse" not in card
+    assert (
+        "`pixel_values` dim 3, checked at 1, 8 and 16; the graph checks no sizes, others are "
+        "untested |" in card
+    )
+    model = _best_model("tests.toy.conv_model", {}, save_dir)
+    # The graph keeps no guard: the widths the pt2 program refuses run, and are right.
+    for width in (1, 2, 4, 7):
+        inputs = _images(width)
+        with torch.no_grad():
+            _assert_same("onnx", _outputs("onnx", out, inputs), model(**inputs))
 
 
 def test_a_dynamic_dimension_of_no_input_names_what_exists(tmp_path, capsys):

@@ -13,6 +13,7 @@ and an export whose image size is fixed at the training one (check 5).
 """
 
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -161,9 +162,9 @@ def _compare(fmt, out, model, inputs, key):
 
 
 def check_exports(report, cfg):
-    """Checks 5-6: each format exported, checked by gatle-ignite, then run here at other image
+    """Checks 5-7: each format exported, checked by gatle-ignite, then run here at other image
     sizes and batch sizes than training's against the best checkpoint's model (BatchNorm in
-    eval mode); the card says which dimensions are dynamic."""
+    eval mode); the cards say which dimensions are dynamic and what the program takes."""
     model = _best_model(cfg)
     exported = Path(cfg.save_dir).parent / "exported"
     generator = torch.Generator().manual_seed(0)
@@ -179,9 +180,34 @@ def check_exports(report, cfg):
         )
     card = (exported / "onnx" / "README.md").read_text()
     report.check(
-        "6. the card says the batch, the height and the width are dynamic",
-        all(f"`pixel_values` dim {dim}, 2 and up" in card for dim in (0, 2, 3)),
+        "6. the ONNX card says the batch, the height and the width are dynamic",
+        all(f"`pixel_values` dim {dim}, checked at 1, " in card for dim in (0, 2, 3)),
         "the onnx card's Dynamic dimensions",
+    )
+    check_pt2_range(report, model, exported / "pt2")
+
+
+def check_pt2_range(report, model, out):
+    """Check 7: the pt2 card's range for the height is what the program takes: the smallest
+    size it names runs and gives the model's logits, the one under it is refused."""
+    card = (out / "README.md").read_text()
+    found = re.search(r"`pixel_values` dim 2, (\d+) and up", card)
+    if found is None:
+        report.check("7. the pt2 card gives the height's range", False, "no range in the card")
+        return
+    smallest = int(found[1])
+    images = torch.rand(2, 1, smallest, TRAINING_SIZE, generator=torch.Generator().manual_seed(1))
+    same, observed = _compare("pt2", out, model, [images], "pixel_values")
+    try:
+        _run_export("pt2", out, images[:, :, :-1])
+        refused = "ran"
+    except Exception as error:
+        refused = str(error).splitlines()[0][:100]
+    report.check(
+        f"7. the pt2 program takes a height of {smallest}, its card's smallest, and refuses "
+        f"{smallest - 1}",
+        same and refused != "ran",
+        f"{observed}; at {smallest - 1}: {refused}",
     )
 
 

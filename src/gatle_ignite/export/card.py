@@ -12,6 +12,7 @@ import torch
 
 import gatle_ignite
 from gatle_ignite.export import PACKAGES
+from gatle_ignite.export.ranges import taken_text
 from gatle_ignite.export.shapes import Dims
 from gatle_ignite.export.source import Source
 from gatle_ignite.export.verify import flat_tensors
@@ -144,16 +145,26 @@ def _fixed_inputs(fmt: str, source: Source) -> list:
     return [("Fixed inputs", f"{named}: constants of the program, pass the same")]
 
 
-def _dims_rows(dims: Dims, source: Source) -> list:
-    """The dynamic dimensions, each with its range and bound, and the marked ones kept static."""
-    described = []
-    for axis in dims.axes:
-        where = " and ".join(f"`{key}` dim {dim}" for key, dim in axis.positions)
+def _axis_text(axis, guarded: bool) -> str:
+    """A pt2 program's range and what its guards refuse; an ONNX graph's checked sizes."""
+    where = " and ".join(f"`{key}` dim {dim}" for key, dim in axis.positions)
+    name = "the batch: " if axis.batch else ""
+    if guarded:
         bound = f" ({axis.bound})" if axis.bound else ""
-        name = "the batch: " if axis.batch else ""
-        refused = "".join(f"; its guards refuse {size} ({why})" for size, why in axis.refused)
-        described.append(f"{name}{where}, {axis.range_text()}{bound}{refused}")
-    rows = [("Dynamic dimensions", "; ".join(described) or "none: the example's shapes only")]
+        text = f"{name}{where}, {axis.range_text()}{bound}"
+        if axis.below is not None:
+            text += f"; its guards refuse {axis.below[0]} and below ({axis.below[1]})"
+        return text + "".join(f"; its guards refuse {size} ({why})" for size, why in axis.refused)
+    bound = f", at most {axis.high} ({axis.bound})" if axis.high is not None else ""
+    return f"{name}{where}{bound}, {taken_text(axis, guarded)}"
+
+
+def _dims_rows(dims: Dims, source: Source, guarded: bool) -> list:
+    """The dynamic dimensions, each with what it takes, and the marked ones kept static."""
+    described = "; ".join(_axis_text(axis, guarded) for axis in dims.axes)
+    if described and not guarded:
+        described += "; the graph checks no sizes, others are untested"
+    rows = [("Dynamic dimensions", described or "none: the example's shapes only")]
     if not dims.batch_dynamic and source.rows is not None:
         rows.append(("Batch dimension", f"static ({source.rows} rows)"))
     static = [f"`{key}` dim {dim} = {size} ({why})" for key, dim, size, why in dims.fixed()]
@@ -180,7 +191,8 @@ def _table(fmt: str, cfg, source: Source, artefact: Artefact) -> list:
         ("Example inputs", f"{inputs}, one batch of the {source.split} split"),
     ]
     if artefact.dims is not None:
-        rows += [*_dims_rows(artefact.dims, source), *_fixed_inputs(fmt, source)]
+        guarded = fmt == "pt2"
+        rows += [*_dims_rows(artefact.dims, source, guarded), *_fixed_inputs(fmt, source)]
     return [
         *rows,
         *artefact.rows,

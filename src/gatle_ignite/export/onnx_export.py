@@ -13,9 +13,10 @@ import torch
 
 from gatle_ignite.export.card import Artefact
 from gatle_ignite.export.failure import failed_at, quiet_exporter
-from gatle_ignite.export.program import size_checks, trace
+from gatle_ignite.export.program import trace
+from gatle_ignite.export.ranges import check_sizes
 from gatle_ignite.export.source import Source
-from gatle_ignite.export.verify import ONNX_FP32, check_against_eager, eager_outputs, flat_tensors
+from gatle_ignite.export.verify import ONNX_FP32, eager_outputs, flat_tensors
 
 __all__ = ["FILE", "export_onnx"]
 
@@ -58,7 +59,5 @@ def export_onnx(source: Source, staging: Path) -> Artefact:
             raise failed_at(f"running {FILE} in onnxruntime", error) from None
         return {name: torch.from_numpy(value) for name, value in zip(output_names, results)}
 
-    checked = check_against_eager(
-        FILE, source.model, size_checks(traced, source.inputs), run, ONNX_FP32
-    )
+    checked = check_sizes(traced, source.inputs, FILE, source.model, run, ONNX_FP32, guarded=False)
     return Artefact(FILE, str(ONNX_FP32), checked, dims=traced.dims)

@@ -11,9 +11,10 @@ dynamic export can be taken at all, the example's static shapes are, and one lin
 """
 
 import dataclasses
+import functools
 import inspect
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Optional
 
 import sympy
@@ -23,12 +24,12 @@ from torch.export.graph_signature import InputKind, TensorArgument
 from torch.utils import _pytree
 
 from gatle_ignite.export.failure import exporter_reason, failed_at, quiet_exporter
-from gatle_ignite.export.shapes import BATCH, Axis, Dims, marked_dims, resized
+from gatle_ignite.export.shapes import BATCH, Axis, Dims, marked_dims
 from gatle_ignite.export.source import Source
-from gatle_ignite.export.verify import described, flat_tensors
+from gatle_ignite.export.verify import flat_tensors
 from gatle_ignite.utils.batch import named_outputs
 
-__all__ = ["Traced", "exported_model", "size_checks", "trace"]
+__all__ = ["Traced", "exported_model", "trace"]
 
 _aten = torch.ops.aten
 # Operators an index passes through unchanged on its way from arange to an embedding.
@@ -52,10 +53,18 @@ _ARANGES = {_aten.arange.default, _aten.arange.start, _aten.arange.start_step}
 class Traced:
     program: ExportedProgram
     dims: Dims
+    # {(key, dim): why} of the dimensions marked dynamic.
+    marked: dict = field(default_factory=dict)
+    rows: Optional[int] = None
 
     @property
     def dynamic(self) -> bool:
         return bool(self.dims.axes)
+
+    @functools.cached_property
+    def module(self) -> torch.nn.Module:
+        """The program as a module that runs, its guards checked on every call."""
+        return self.program.module()
 
 
 def _plain(value):
@@ -226,7 +235,7 @@ def trace(source: Source, stage: str = "torch.export") -> Traced:
         if rows is not None and rows < 2:
             # torch specialises sizes 0 and 1, so a batch of one cannot stand for any batch.
             print("BATCH: static (the example batch has 1 row, which cannot be marked dynamic)")
-        return Traced(_static(model, source, stage), Dims())
+        return Traced(_static(model, source, stage), Dims(), rows=rows)
     try:
         program = _export(model, source.inputs, _hints(source.inputs, marked, {}))
     except Exception as error:  # any failure: the static export below says if it is real
@@ -236,7 +245,7 @@ def trace(source: Source, stage: str = "torch.export") -> Traced:
             f"could be taken ({exporter_reason(error)})"
         )
         static = [(key, dim, _size(source, key, dim), why) for (key, dim), why in marked.items()]
-        return Traced(program, Dims(static=static))
+        return Traced(program, Dims(static=static), marked, rows)
     dims, axes = _read_dims(program, source.inputs, marked)
     bounded = _bounded(axes, _table_bounds(program))
     if bounded:
@@ -249,8 +258,7 @@ def trace(source: Source, stage: str = "torch.export") -> Traced:
     for axis in dims.axes:
         if axis.high is not None and not axis.bound:
             axis.bound = "the model's code requires it (torch.export found the condition)"
-    _say(dims, rows, marked)
-    return Traced(program, dims)
+    return Traced(program, dims, marked, rows)
 
 
 def _size(source: Source, key: str, dim: int) -> int:
@@ -266,57 +274,3 @@ def _bounded(axes: dict, bounds: dict) -> dict:
             continue
         bounded.update({position: (most, why) for position in axis.positions})
     return bounded
-
-
-def _say(dims: Dims, rows, marked: dict) -> None:
-    """One line for the batch, each other dynamic axis, each bound, each dimension kept static."""
-    for axis in dims.axes:
-        if axis.batch:
-            print(f"BATCH: dynamic (traced on {rows} rows)")
-        else:
-            along = [f"{key} dim {dim}" for key, dim in axis.positions[1:]]
-            with_ = f" (with {', '.join(along)})" if along else ""
-            why = marked.get(axis.positions[0], "")
-            print(
-                f"DYNAMIC: {axis.name}{with_}: traced at {axis.size}, takes {axis.range_text()}"
-                f" ({why})"
-            )
-        if axis.high is not None:
-            print(f"BOUND: {axis.name} at most {axis.high}: {axis.bound}")
-    if any(why == BATCH for *_position, why in dims.static) and not dims.batch_dynamic:
-        print(f"BATCH: static, {rows} rows: the model fixes the batch dimension")
-    for key, dim, size, why in dims.fixed():
-        print(f"STATIC: {key} dim {dim} stays {size}: the model fixes it ({why})")
-
-
-def size_checks(traced: Traced, inputs: dict) -> list:
-    """``[(what it is, inputs)]``: the example, then each dynamic axis at another size that the
-    program takes. A size in the axis's range that its guards refuse (torch keeps a guard
-    where a size of 1 would change how the model broadcasts) is said, and the next is tried."""
-    checks = [(described(inputs), inputs)]
-    module = traced.program.module() if traced.dims.axes else None
-    for axis in traced.dims.axes:
-        for size in axis.other_sizes():
-            other = resized(inputs, axis.positions, size)
-            refusal = _refusal(module, other)
-            if refusal is None:
-                on = (
-                    described(other) if axis.batch else f"{axis.name} at {size}, {described(other)}"
-                )
-                checks.append((on, other))
-                break
-            axis.refused.append((size, refusal))
-            print(f"REFUSED: {axis.name} at {size}, in its range: the program's {refusal}")
-    return checks
-
-
-def _refusal(module, inputs: dict) -> Optional[str]:
-    """The guard the program fails on ``inputs``; None when it runs (or fails otherwise, which
-    the check then reports)."""
-    try:
-        with quiet_exporter(), torch.no_grad():
-            module(**inputs)
-    except Exception as error:
-        first = next(iter(str(error).splitlines()), "")
-        return first if first.startswith("Guard failed") else None
-    return None

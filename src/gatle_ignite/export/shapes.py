@@ -51,8 +51,15 @@ class Axis:
     # Why ``high`` is what it is, when there is a bound.
     bound: str = ""
     batch: bool = False
-    # [(size, why)]: sizes in the range that the program's guards refused when checked.
+    # [(size, why)]: sizes in the range that the program's guards refuse.
     refused: list = field(default_factory=list)
+    # (size, why): the largest size under ``low`` that the guards refuse, when they refuse one.
+    below: Optional[tuple] = None
+    # Whether the guards take a size of 1, which torch.export's range leaves out.
+    guards_take_one: bool = False
+    # The sizes the artefact was checked at against the eager model, and why not at 1.
+    checked: list = field(default_factory=list)
+    not_at_one: str = ""
 
     @property
     def name(self) -> str:
