@@ -177,7 +177,8 @@ def _train_cli(tmp_path, *extra, **fields):
 
 
 def test_a_slow_loader_shows_in_the_data_wait_and_the_summary_advises(tmp_path, capsys):
-    slow = {"n": 16, "bs": 4, "sleep_s": 0.01, "num_workers": 0}
+    # 16 batches of 80 ms: more than a second an epoch, far more a batch than a worker costs.
+    slow = {"n": 64, "bs": 4, "sleep_s": 0.02, "num_workers": 0}
     assert (
         _train_cli(
             tmp_path, max_epochs=1, train_ds_name="tests.toy.perf_data", train_ds_params=slow
@@ -191,6 +192,19 @@ def test_a_slow_loader_shows_in_the_data_wait_and_the_summary_advises(tmp_path, 
     assert "CPU cores" in advice and "--override train_ds_params.num_workers=" in advice
     [spent] = [line for line in out.splitlines() if line.startswith("  time ")]
     assert "training " in spent and "(data wait " in spent and "evaluation " in spent
+
+
+def test_a_small_wait_that_is_a_large_share_gets_no_advice(tmp_path, capsys):
+    """An in-memory loader beside a tiny step: most of the time, yet a tenth of a second an
+    epoch, less than starting a worker costs; advising workers would slow the run down."""
+    quick = {"n": 16, "bs": 1, "sleep_s": 0.008, "num_workers": 0}
+    fields = {"train_ds_name": "tests.toy.perf_data", "train_ds_params": quick}
+    assert _train_cli(tmp_path, max_epochs=2, **fields) == 0
+    perf = _perf(tmp_path / "run")
+    assert all(row["perf/data_wait_share"] > 1 / 3 for row in perf.values())
+    out = capsys.readouterr().out
+    assert "  time     training " in out and "(data wait " in out
+    assert "  advice" not in out
 
 
 def test_a_loader_that_keeps_up_shows_a_low_share_and_no_advice(tmp_path, capsys):

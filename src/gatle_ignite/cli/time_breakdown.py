@@ -1,8 +1,9 @@
 """The run summary's lines on where this command's time went, from the epochs' ``perf/`` rows.
 
 Read from ``metrics.csv`` (rows written since the command started), so they are the same
-whether the run trained in this process or in ranks it spawned. When the training loop waited
-for data more than a third of its time, one more line says what to change.
+whether the run trained in this process or in ranks it spawned. When waiting for data costs the
+training loop enough that loader workers would win it back (:func:`wait_worth_workers`), one
+more line says what to change.
 """
 
 import csv
@@ -16,13 +17,22 @@ from gatle_ignite.trainer.telemetry.threads import usable_cores
 
 __all__ = [
     "DATA_WAIT_ADVICE_SHARE",
+    "WAIT_PER_BATCH_S",
+    "WAIT_PER_EPOCH_S",
     "data_wait_advice",
     "time_breakdown_rows",
     "usable_cores",
+    "wait_worth_workers",
 ]
 
-# Above this share of the training time spent waiting for batches, the summary gives advice.
+# The summary advises on data loading only when the loop waits for batches more than this share
+# of its training time, and when the wait is worth a worker: a loader worker starts again each
+# epoch (0.15-0.2 s measured on a loaded 2-core machine) and every batch then travels to the
+# loop through shared memory (a few ms there). A wait below these is what workers cost, and
+# turning them on makes such a run slower, not faster.
 DATA_WAIT_ADVICE_SHARE = 1 / 3
+WAIT_PER_EPOCH_S = 1.0
+WAIT_PER_BATCH_S = 0.01
 # Workers suggested per training process, at most: more rarely pays for in-memory datasets.
 _MOST_WORKERS = 8
 
@@ -54,14 +64,35 @@ def _weighted(records: list, name: str, weight: str = "train_time_s") -> Optiona
     return sum(v * w for v, w in pairs) / total if pairs and total > 0 else None
 
 
-def data_wait_advice(share: float, cfg) -> str:
-    """What to change when the loop waits for data ``share`` of its training time."""
+def _waits(records: list, cfg) -> tuple:
+    """``(seconds waited per epoch, per batch)``; the second None without a batch size."""
+    waited = [r.get("data_wait_share", 0.0) * r["train_time_s"] for r in records]
+    bs = cfg.get("train_ds_params", {}).get("bs")
+    batches = sum(r.get("samples_per_s", 0.0) * r["train_time_s"] for r in records) / (bs or 1)
+    per_batch = sum(waited) / batches if bs and batches >= 1 else None
+    return sum(waited) / len(records), per_batch
+
+
+def wait_worth_workers(share: float, per_epoch: float, per_batch: Optional[float]) -> bool:
+    """Whether the loop waits for data long enough that loader workers would win it back: more
+    than a third of its time, a second an epoch and 10 ms a batch."""
+    return (
+        share > DATA_WAIT_ADVICE_SHARE
+        and per_epoch >= WAIT_PER_EPOCH_S
+        and (per_batch is None or per_batch >= WAIT_PER_BATCH_S)
+    )
+
+
+def data_wait_advice(share: float, cfg, per_epoch: Optional[float] = None) -> str:
+    """What to change when the loop waits for data ``share`` of its training time
+    (``per_epoch`` seconds an epoch)."""
     workers = cfg.get("train_ds_params", {}).get("num_workers", 0) or 0
     processes = cfg.get("nproc_per_node", None) or 1
     cores, machine = usable_cores(), os.cpu_count() or 1
     suggested = max(1, min(_MOST_WORKERS, cores // processes - 1)) * processes
     has = f"{cores} CPU cores" + (f" (of the machine's {machine})" if machine != cores else "")
-    waited = f"the training loop waited for its next batch {share:.0%} of its time"
+    seconds = f" ({duration(per_epoch)} an epoch)" if per_epoch is not None else ""
+    waited = f"the training loop waited for its next batch {share:.0%} of its time{seconds}"
     if workers == 0:
         return (
             f"{waited}: train_ds_params.num_workers is 0, so every batch is loaded in the "
@@ -113,6 +144,7 @@ def time_breakdown_rows(cfg, save_dir: Path, since: float, seconds: float) -> li
         speed.append(f"{tflops:.3g} TFLOP/s" + (f", MFU {mfu:.1%}" if mfu is not None else ""))
     if speed:
         rows.append(("speed", " | ".join(speed)))
-    if share > DATA_WAIT_ADVICE_SHARE:
-        rows.append(("advice", data_wait_advice(share, cfg)))
+    per_epoch, per_batch = _waits(records, cfg)
+    if wait_worth_workers(share, per_epoch, per_batch):
+        rows.append(("advice", data_wait_advice(share, cfg, per_epoch)))
     return rows
