@@ -12,7 +12,7 @@ from cli_fixtures.configs import write_config
 
 from gatle_ignite import __version__
 from gatle_ignite.cli import launch
-from gatle_ignite.cli.main import build_parser, main
+from gatle_ignite.cli.main import DRY_RUN_HINT, build_parser, main
 from gatle_ignite.dispatch import ConfigError
 
 TESTS_DIR = Path(__file__).resolve().parent
@@ -279,7 +279,7 @@ def test_subprocess_config_succeeds(tmp_path):
     result = _run_cli("config", f"--config={path.name}", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith(f"===== {path.name} =====\n")
-    assert result.stdout.endswith("\n\nall dotted paths resolve.\n")
+    assert result.stdout.endswith(f"\n\nall dotted paths resolve.\n{DRY_RUN_HINT}\n")
 
 
 def test_subprocess_config_error_exits_2_without_traceback(tmp_path):

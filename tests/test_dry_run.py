@@ -52,7 +52,8 @@ def test_dry_run_prints_the_shapes_and_the_loss_and_writes_nothing(tmp_path, cap
 def test_without_the_flag_no_batch_is_run(tmp_path, capsys):
     assert main(["config", f"--config={_config(tmp_path)}"]) == 0
     out = capsys.readouterr().out
-    assert "all dotted paths resolve." in out and "one batch" not in out
+    assert "all dotted paths resolve." in out and "] one batch" not in out
+    assert "model_input:" not in out
 
 
 def test_a_broken_prep_batch_is_one_config_error_naming_the_stage(tmp_path, capsys):

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from gatle_ignite.cli.main import main
+from gatle_ignite.cli.main import DRY_RUN_HINT, main
 from tests.test_fuzz_config import FIELDS as FUZZED_FIELDS
 from tests.test_fuzz_config import _keep_it_small
 from tests.test_fuzz_config import _write_config as _write_fuzzed_config
@@ -445,7 +445,31 @@ def test_config_prints_what_differs_from_the_defaults(tmp_path, capsys):
     # Only the keys of a group that differ: the group's default keys stay out.
     assert "\nauto_model_params:" not in out and "\nwatch_grad:" not in out
     assert "\noptimizer_params:\n  lr: 0.01\n" in out
-    assert out.rstrip().endswith("all dotted paths resolve.")
+    assert out.rstrip().endswith(f"all dotted paths resolve.\n{DRY_RUN_HINT}")
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"criterion_name": BUILTIN_CE, "criterion_params": {"src_name": "logit"}},
+        {"main_runner": "tests.toy.bad_trainers.no_targets"},
+    ],
+    ids=["loss src_name", "prep_batch without targets"],
+)
+def test_config_says_it_checked_the_config_alone_and_the_dry_run_finds_the_batch_mistake(
+    tmp_path, capsys, fields
+):
+    """What one batch shows is the dry run's: config passes it, and its last line says so."""
+    config = write_toy_config(
+        tmp_path / "cfg.py", save_dir=str(tmp_path / "run"), **QUICK, **fields
+    )
+    code, out, _err = _run(capsys, "config", config)
+    assert code == 0
+    assert out.rstrip().splitlines()[-1] == DRY_RUN_HINT
+    assert "`config --dry-run` also takes one batch through prep_batch" in DRY_RUN_HINT
+    code, _out, err = _run(capsys, "config", config, extra=["--dry-run"])
+    assert code == 2 and "could not resolve" in _verdict(err)
+    assert _run(capsys, "train", config)[0] == 2
 
 
 def test_config_all_prints_every_field(tmp_path, capsys):

@@ -13,7 +13,7 @@ from gatle_ignite import __version__
 from gatle_ignite.dispatch import ConfigError, report_config_error
 from gatle_ignite.utils.warning_lines import show_framework_warnings_plainly
 
-__all__ = ["build_parser", "main", "report_config_error"]
+__all__ = ["DRY_RUN_HINT", "build_parser", "main", "report_config_error"]
 
 # Heavy modules (torch, ignite, the config checks) are imported inside the commands, so
 # `--version`, `--help` and argument errors answer at once.
@@ -246,6 +246,13 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# config's last line when the configs pass: what it checked, and what is the dry run's.
+DRY_RUN_HINT = (
+    "checked: the config alone. `config --dry-run` also takes one batch through prep_batch, "
+    "the model, the loss and the metrics."
+)
+
+
 def _split_paths(value: str) -> list[str]:
     paths = [piece.strip() for piece in value.split(",") if piece.strip()]
     if not paths:
@@ -295,6 +302,8 @@ def _check_configs(args: argparse.Namespace, paths: list[str]) -> int:
             from gatle_ignite.cli.dry_run import dry_run
 
             dry_run(cfg)
+    if not args.dry_run:
+        print(DRY_RUN_HINT)
     return 0
 
 
