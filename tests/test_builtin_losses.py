@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import torch
 
+from gatle_ignite.cli.main import main
 from gatle_ignite.dispatch import ConfigError
 from gatle_ignite.losses import (
     bce_with_logits,
@@ -19,6 +20,7 @@ from gatle_ignite.losses import (
     smooth_l1,
 )
 from tests.toy.config import toy_config
+from tests.toy.config_file import write_toy_config
 from tests.toy.trainer import Trainer
 
 
@@ -207,3 +209,139 @@ def test_the_builtin_named_directly_trains_exactly_as_the_04_composite_of_an_own
     assert own.engines["evaluator"].state.metrics == builtin.engines["evaluator"].state.metrics
     for a, b in zip(own.model.state_dict().values(), builtin.model.state_dict().values()):
         assert torch.equal(a, b)
+
+
+# ---- a misread layout and an unreadable name, through the command line ----
+
+
+def _layout_config(tmp_path, layout: str, **fields) -> str:
+    fields = {
+        "save_dir": str(tmp_path / "run"),
+        "main_runner": "tests.toy.layout_trainer",
+        "model_name": "tests.toy.step_model",
+        "criterion_name": "gatle_ignite.losses.cross_entropy",
+        "criterion_params": {},
+        "val_metrics": {"acc": {"cls_name": "gatle_ignite.metrics.accuracy"}},
+        "target_layout": layout,
+        "max_epochs": 1,
+        **fields,
+    }
+    return write_toy_config(tmp_path / "cfg.py", **fields)
+
+
+def _refused(capsys, *argv) -> str:
+    capsys.readouterr()
+    assert main(list(argv)) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    return err[err.index("config error: ") :]
+
+
+@pytest.mark.parametrize(
+    "layout, phrases",
+    [
+        (
+            "per_class",
+            [
+                "the scores have shape [16, 5, 10] and the targets [16, 10], so the 5 classes "
+                "are read in dimension 1; torch refused them: Target",
+                "targets of shape [16, 5] would read the 10 classes last",
+            ],
+        ),
+        (
+            "float_steps",
+            [
+                "the scores have shape [16, 5, 10] and the targets are float32 of shape [16, 5]",
+                "class indices must be integers",
+            ],
+        ),
+    ],
+)
+def test_a_misread_class_layout_is_a_config_error_naming_the_shapes(
+    tmp_path, capsys, layout, phrases
+):
+    config = _layout_config(tmp_path, layout)
+    for argv in (["config", "--dry-run"], ["train"]):
+        verdict = _refused(capsys, *argv, f"--config={config}")
+        assert "cross_entropy of 'logits'" in verdict
+        for phrase in phrases:
+            assert phrase in verdict
+    # The negative control: the same model with (B, 5) class indices trains.
+    assert main(["train", f"--config={_layout_config(tmp_path, 'steps')}"]) == 0
+
+
+def test_a_metric_reading_the_classes_in_the_wrong_dimension_is_a_config_error(tmp_path, capsys):
+    """The loss reads the right targets; the metric's, checked on its first batch, are 0..9
+    against the 5 classes the layout rule reads in dimension 1."""
+    acc = {"cls_name": "gatle_ignite.metrics.accuracy", "params": {"tgt_name": "per_class"}}
+    config = _layout_config(tmp_path, "steps", val_metrics={"acc": acc})
+    for argv in (["config", "--dry-run"], ["train"]):
+        verdict = _refused(capsys, *argv, f"--config={config}")
+        assert (
+            "accuracy of 'logits': the scores have shape [16, 5, 10] and the targets [16, 10], "
+            "so the 5 classes are read in dimension 1; the targets hold class 9" in verdict
+        )
+
+
+@pytest.mark.parametrize(
+    "fields, field, read",
+    [
+        ({"criterion_params": {"src_name": "logit"}}, "criterion_params.src_name", "logit"),
+        (
+            {
+                "val_metrics": {
+                    "acc": {
+                        "cls_name": "gatle_ignite.metrics.accuracy",
+                        "params": {"src_name": "logit"},
+                    }
+                }
+            },
+            "val_metrics.acc.params.src_name",
+            "logit",
+        ),
+        (
+            {
+                "criterion_name": "gatle_ignite.losses.composite",
+                "criterion_params": {
+                    "dict_of_loss_params": {
+                        "ce": {
+                            "cls_name": "gatle_ignite.losses.cross_entropy",
+                            "weight": 1.0,
+                            "loss_params": {"src_name": "logit"},
+                        }
+                    }
+                },
+            },
+            "criterion_params.dict_of_loss_params.ce.loss_params.src_name",
+            "logit",
+        ),
+    ],
+    ids=["loss", "metric", "composite term"],
+)
+def test_a_name_the_model_output_lacks_names_its_config_field(
+    tmp_path, capsys, fields, field, read
+):
+    config = _layout_config(tmp_path, "steps", **fields)
+    for argv in (["config", "--dry-run"], ["train"]):
+        verdict = _refused(capsys, *argv, f"--config={config}")
+        assert (
+            f"{field} = {read!r} names none of the model's outputs: could not resolve "
+            f"{read!r}; available: ['logits']\n  Set {field} to one of the model's output names."
+        ) in verdict
+
+
+def test_a_target_prep_batch_does_not_return_names_the_field_and_the_fix(tmp_path, capsys):
+    config = _layout_config(
+        tmp_path,
+        "steps",
+        main_runner="tests.toy.bad_trainers.no_targets",
+        criterion_params={"tgt_name": "labels"},
+    )
+    verdict = _refused(capsys, "config", "--dry-run", f"--config={config}")
+    assert (
+        "criterion_params.tgt_name = 'labels' names nothing prep_batch returned: could not "
+        "resolve 'labels'; available: ['model_input']" in verdict
+    )
+    assert (
+        "Return it from prep_batch, e.g. {'model_input': ..., 'targets': {'labels': y}}" in verdict
+    )

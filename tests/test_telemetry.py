@@ -166,6 +166,37 @@ def test_a_model_the_counter_cannot_count_loses_only_its_flops(make_cfg, tmp_pat
     assert all("perf/data_wait_share" in row for row in rows.values())
 
 
+@pytest.mark.parametrize(
+    "runner, phrase",
+    [
+        ("no_targets", "could not resolve path ('targets', 'labels') at 'targets'"),
+        ("wrong_keys", "does not accept the model_input keys ['inputs']"),
+    ],
+)
+def test_a_config_mistake_in_the_counting_step_is_the_one_error_no_warning_before_it(
+    tmp_path, runner, phrase
+):
+    """prep_batch returns no targets, or a key forward does not take: the count's step meets it
+    first, and says it as the real step would, with no warning that training is unaffected."""
+    config = write_toy_config(
+        tmp_path / "cfg.py",
+        save_dir=str(tmp_path / "run"),
+        main_runner=f"tests.toy.bad_trainers.{runner}",
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "gatle_ignite", "train", f"--config={config}"],
+        cwd=ROOT,
+        env=child_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 2, done.stderr
+    assert "FLOPs not counted" not in done.stderr and "unaffected" not in done.stderr
+    assert done.stderr.count(phrase) == 1
+    assert "config error: " in done.stderr and "Traceback" not in done.stderr
+
+
 # ----------------------------------------------------------------------------- data wait
 
 

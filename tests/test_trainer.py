@@ -305,7 +305,7 @@ def test_dict_metric_from_list_refuses_bad_specs(make_cfg):
         task.dict_metric_from_list("valid", ["acc"], {})
     with pytest.raises(ConfigError, match="metric entry 'acc' is missing 'cls_name'"):
         task.dict_metric_from_list("valid", {"acc": {"params": {}}}, {})
-    with pytest.raises(ConfigError, match="valid_metrics.acc.cls_name"):
+    with pytest.raises(ConfigError, match="val_metrics.acc.cls_name"):
         task.dict_metric_from_list("valid", {"acc": {"cls_name": "tests.toy.model"}}, {})
     built = task.dict_metric_from_list("valid", {"acc": {"cls_name": "tests.toy.metric"}}, {})
     assert list(built) == ["valid/acc"]

@@ -8,7 +8,7 @@ from typing import Optional
 
 from gatle_ignite.dispatch import ConfigError
 
-__all__ = ["EVAL_SPECS", "TRAIN_SPEC", "EngineSpec"]
+__all__ = ["EVAL_SPECS", "TRAIN_SPEC", "EngineSpec", "metrics_field_of"]
 
 
 @dataclass(frozen=True)
@@ -114,3 +114,12 @@ EVAL_SPECS = (
         score_factor_field="tester_score_factor",
     ),
 )
+
+
+def metrics_field_of(engine_type: str, specs) -> str:
+    """The config field holding the metrics of ``engine_type`` among ``specs`` (``valid``:
+    ``val_metrics``); ``<engine_type>_metrics`` for an engine none of them declares."""
+    for spec in specs:
+        if spec.engine_type == engine_type:
+            return spec.metrics_field
+    return f"{engine_type}_metrics"

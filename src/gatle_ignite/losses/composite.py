@@ -8,6 +8,7 @@ import torch
 from torch import nn
 
 from gatle_ignite.dispatch import ConfigError, import_entrypoint
+from gatle_ignite.losses.reading import params_field
 from gatle_ignite.utils.batch import named_outputs
 
 __all__ = ["ENTRY_KEYS", "Loss", "check_entries"]
@@ -70,7 +71,9 @@ class Loss(nn.Module):
             loss_cls = import_entrypoint(
                 entry["cls_name"], "Loss", field=f"dict_of_loss_params.{key}.cls_name"
             )
-            self.dict_loss_functions[key] = loss_cls(**dict(entry.get("loss_params", {}) or {}))
+            with params_field(f"criterion_params.dict_of_loss_params.{key}.loss_params"):
+                term = loss_cls(**dict(entry.get("loss_params", {}) or {}))
+            self.dict_loss_functions[key] = term
             self.weighting[key] = entry["weight"]
             self.gating[key] = (entry.get("start_iteration"), entry.get("end_iteration"))
         self.crit_keys = list(dict_of_loss_params.keys())

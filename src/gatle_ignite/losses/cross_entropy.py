@@ -9,7 +9,7 @@ logits' own shape are class probabilities, in torch's layout.
 import torch
 from torch import nn
 
-from gatle_ignite.losses.layout import class_dim, shape_mismatch
+from gatle_ignite.losses.layout import class_dim, misread_classes, not_class_indices, shape_mismatch
 from gatle_ignite.losses.term import TorchTerm
 
 __all__ = ["KWARGS_GO_TO", "Loss"]
@@ -30,13 +30,20 @@ class Loss(TorchTerm):
     def compute(self, prediction: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         if prediction.shape == target.shape:
             return self.loss(prediction, target.to(prediction.dtype))
-        if not target.is_floating_point():
-            target = target.long()
+        what = f"cross_entropy of {self.src_name!r}"
         dim = class_dim(prediction, target)
         if dim is None:
-            raise shape_mismatch(f"cross_entropy of {self.src_name!r}", prediction, target)
-        if dim == 1:
-            return self.loss(prediction, target)
-        value = self.loss(prediction.reshape(-1, prediction.shape[-1]), target.reshape(-1))
+            raise shape_mismatch(what, prediction, target)
+        if target.is_floating_point():
+            raise not_class_indices(what, prediction, target)
+        target = target.long()
+        try:
+            if dim == 1:
+                return self.loss(prediction, target)
+            value = self.loss(prediction.reshape(-1, prediction.shape[-1]), target.reshape(-1))
+        except IndexError as error:
+            # torch's "Target 7 is out of bounds.": checked by torch, so no step waits for it.
+            refused = f"torch refused them: {str(error).rstrip('.')}"
+            raise misread_classes(what, prediction, target, refused) from None
         # reduction="none": one value per position, in the targets' shape.
         return value.reshape(target.shape) if value.dim() else value

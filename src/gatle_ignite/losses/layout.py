@@ -15,7 +15,20 @@ import torch
 
 from gatle_ignite.dispatch import ConfigError
 
-__all__ = ["class_dim", "per_position", "same_shape", "shape_mismatch"]
+__all__ = [
+    "check_classes",
+    "class_dim",
+    "misread_classes",
+    "not_class_indices",
+    "per_position",
+    "same_shape",
+    "shape_mismatch",
+]
+
+_RULE = (
+    "The classes are read last when the scores' shape without its last dimension is the "
+    "targets' ((B, T, V) against (B, T)), else in dimension 1 ((B, C, H, W) against (B, H, W))"
+)
 
 
 def class_dim(scores: torch.Tensor, target: torch.Tensor) -> Optional[int]:
@@ -64,4 +77,58 @@ def shape_mismatch(what: str, scores: torch.Tensor, target: torch.Tensor) -> Con
         f"targets, the classes last ((B, T, V) against (B, T)) or in dimension 1 "
         f"((B, C, H, W) against (B, H, W)).\n"
         f"  Check src_name and tgt_name."
+    )
+
+
+def misread_classes(
+    what: str, scores: torch.Tensor, target: torch.Tensor, found: str
+) -> ConfigError:
+    """The error for class indices beyond the classes the layout rule read (``found`` says
+    which): the shapes, the dimension read, and the targets' shape the other layout needs."""
+    dim = class_dim(scores, target)
+    if dim == 1:
+        where, other, other_where, other_classes = (
+            "in dimension 1",
+            scores.shape[:-1],
+            "last",
+            scores.shape[-1],
+        )
+    else:
+        where, other, other_where, other_classes = (
+            "last",
+            scores.shape[:1] + scores.shape[2:],
+            "in dimension 1",
+            scores.shape[1],
+        )
+    return ConfigError(
+        f"{what}: the scores have shape {list(scores.shape)} and the targets "
+        f"{list(target.shape)}, so the {scores.shape[dim]} classes are read {where}; {found}.\n"
+        f"  {_RULE}: targets of shape {list(other)} would read the {other_classes} classes "
+        f"{other_where}. Check src_name and tgt_name."
+    )
+
+
+def check_classes(
+    what: str, scores: torch.Tensor, target: torch.Tensor, ignore_index: Optional[int] = None
+) -> None:
+    """Refuse a class index beyond the classes the layout rule reads (a negative one is
+    padding to ignore). It reads the targets' values: call it once, not on every step."""
+    dim = class_dim(scores, target)
+    if dim is None or not target.numel():
+        return
+    kept = target if ignore_index is None else target[target != ignore_index]
+    largest = int(kept.max()) if kept.numel() else -1
+    if largest >= scores.shape[dim]:
+        raise misread_classes(what, scores, target, f"the targets hold class {largest}")
+
+
+def not_class_indices(what: str, scores: torch.Tensor, target: torch.Tensor) -> ConfigError:
+    """The error for floating-point targets that are not the scores' shape."""
+    dtype = str(target.dtype).replace("torch.", "")
+    return ConfigError(
+        f"{what}: the scores have shape {list(scores.shape)} and the targets are {dtype} of "
+        f"shape {list(target.shape)}; class indices must be integers, and class probabilities "
+        f"must have the scores' shape.\n"
+        f"  Return integer class indices from prep_batch (y.long()), or check src_name and "
+        f"tgt_name."
     )

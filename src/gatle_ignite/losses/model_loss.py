@@ -10,7 +10,8 @@ import torch
 from torch import nn
 
 from gatle_ignite.dispatch import ConfigError
-from gatle_ignite.losses.reading import Name, read_prediction
+from gatle_ignite.losses.reading import Name, current_field, read_prediction
+from gatle_ignite.losses.term import CRITERION_FIELD
 
 __all__ = ["Loss"]
 
@@ -27,10 +28,11 @@ class Loss(nn.Module):
     def __init__(self, src_name: Name = "loss") -> None:
         super().__init__()
         self.src_name = src_name
+        self.field = current_field(CRITERION_FIELD)
 
     def forward(self, y_pred: Any, target: Any, iteration: Optional[int] = None) -> torch.Tensor:
         try:
-            loss = read_prediction(y_pred, self.src_name)
+            loss = read_prediction(y_pred, self.src_name, self.field)
         except ConfigError as error:
             raise ConfigError(f"{error}\n{_NO_LOSS}") from None
         if loss is None:

@@ -11,9 +11,12 @@ import torch
 from torch import nn
 
 from gatle_ignite.losses.layout import same_shape
-from gatle_ignite.losses.reading import Name, read_prediction, read_target
+from gatle_ignite.losses.reading import Name, current_field, read_prediction, read_target
 
-__all__ = ["ElementwiseTerm", "Term", "TorchTerm", "as_tensors"]
+__all__ = ["CRITERION_FIELD", "ElementwiseTerm", "Term", "TorchTerm", "as_tensors"]
+
+# The field a term named as criterion_name takes its keywords from.
+CRITERION_FIELD = "criterion_params"
 
 # Keyword arguments of torch's losses that must be tensors, and that a config gives as lists.
 _TENSOR_KWARGS = ("weight", "pos_weight")
@@ -35,10 +38,12 @@ class Term(nn.Module):
         super().__init__()
         self.src_name = src_name
         self.tgt_name = tgt_name
+        # Where the config holds src_name and tgt_name: criterion_params, unless built elsewhere.
+        self.field = current_field(CRITERION_FIELD)
 
     def forward(self, y_pred: Any, target: Any, iteration: Optional[int] = None) -> torch.Tensor:
-        prediction = read_prediction(y_pred, self.src_name)
-        return self.compute(prediction, read_target(target, self.tgt_name))
+        prediction = read_prediction(y_pred, self.src_name, self.field)
+        return self.compute(prediction, read_target(target, self.tgt_name, self.field))
 
     def compute(self, prediction: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError

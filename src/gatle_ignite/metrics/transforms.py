@@ -12,8 +12,8 @@ import torch
 from torch.nn.functional import one_hot
 
 from gatle_ignite.dispatch import ConfigError
-from gatle_ignite.losses.layout import per_position, same_shape, shape_mismatch
-from gatle_ignite.losses.reading import Name, read_prediction, read_target
+from gatle_ignite.losses.layout import check_classes, per_position, same_shape, shape_mismatch
+from gatle_ignite.losses.reading import Name, current_field, read_prediction, read_target
 
 __all__ = [
     "ANY",
@@ -26,10 +26,11 @@ __all__ = [
 ]
 
 
-def sides(output: dict, src_name: Name, tgt_name: Name) -> tuple:
-    """``(prediction, target)`` of a step's output, the prediction detached."""
-    prediction = read_prediction(output["y_pred"], src_name)
-    return prediction.detach(), read_target(output["target"], tgt_name)
+def sides(output: dict, src_name: Name, tgt_name: Name, field: Optional[str] = None) -> tuple:
+    """``(prediction, target)`` of a step's output, the prediction detached; ``field`` holds
+    the names in the config."""
+    prediction = read_prediction(output["y_pred"], src_name, field)
+    return prediction.detach(), read_target(output["target"], tgt_name, field)
 
 
 def _one_score_each(scores: torch.Tensor, target: torch.Tensor) -> bool:
@@ -66,8 +67,13 @@ def classified(
     both. ``DECISIONS`` and ``CLASS_SCORES`` refuse the other form.
     """
 
+    field = current_field()
+    # Whether the class indices were checked against the class count: once, on the first
+    # batch, so that a misread layout is told and no later step waits on the device for it.
+    checked = []
+
     def transform(output: dict) -> tuple:
-        scores, target = sides(output, src_name, tgt_name)
+        scores, target = sides(output, src_name, tgt_name, field)
         if _one_score_each(scores, target):
             if kind == CLASS_SCORES:
                 raise _refused(what, "a score per class", scores, target)
@@ -81,6 +87,9 @@ def classified(
         rows = per_position(scores, target)
         if rows is None:
             raise shape_mismatch(f"{what} of {src_name!r}", scores, target)
+        if not checked:
+            check_classes(f"{what} of {src_name!r}", scores, target, ignore_index)
+            checked.append(True)
         return _kept(rows[0], rows[1].long(), ignore_index)
 
     return transform
@@ -98,8 +107,10 @@ def regressed(src_name: Name, tgt_name: Name, what: str = "metric") -> Callable[
     """``(predictions, targets)`` as two flat float tensors of one length: the mean is then over
     every element, whatever the shape."""
 
+    field = current_field()
+
     def transform(output: dict) -> tuple:
-        prediction, target = same_shape(*sides(output, src_name, tgt_name), f"{what}")
+        prediction, target = same_shape(*sides(output, src_name, tgt_name, field), f"{what}")
         return prediction.reshape(-1), target.reshape(-1)
 
     return transform

@@ -17,11 +17,12 @@ from gatle_ignite.data.helpers import ExactDistributedSampler, get_aug, get_data
 from gatle_ignite.dispatch import ConfigError, call_with_params, import_entrypoint
 from gatle_ignite.enhancements.compile import check_build_model_override, compile_built_model
 from gatle_ignite.enhancements.early_stop import build_early_stoppers
+from gatle_ignite.losses.reading import params_field
 from gatle_ignite.optimizers.grouping import param_group_names
 from gatle_ignite.run.directory import RunDirectory
 from gatle_ignite.run.storage import is_url
 from gatle_ignite.schedulers import attach_scheduler, prep_scheduler
-from gatle_ignite.specs import EVAL_SPECS, TRAIN_SPEC
+from gatle_ignite.specs import EVAL_SPECS, TRAIN_SPEC, metrics_field_of
 from gatle_ignite.sweep.pruning import attach_trial
 from gatle_ignite.trainer.checkpointing import (
     attach_checkpoint_writes,
@@ -200,15 +201,18 @@ class BaseTrainer:
                 f"got {type(spec).__name__}.\n"
                 f"  To build metrics imperatively instead, override dict_metric_from_list()."
             )
+        field = metrics_field_of(engine_type, (self.train_spec(), *self.eval_specs()))
         for key, entry in spec.items():
             if "cls_name" not in entry:
                 raise ConfigError(f"metric entry {key!r} is missing 'cls_name'")
             get_metric = import_entrypoint(
-                entry["cls_name"], "get_metric", field=f"{engine_type}_metrics.{key}.cls_name"
+                entry["cls_name"], "get_metric", field=f"{field}.{key}.cls_name"
             )
-            dict_metrics[f"{engine_type}/{key}"] = get_metric(
-                engine_type, info or {}, **entry.get("params", {})
-            )
+            # A built-in's messages name the field its src_name and tgt_name come from.
+            with params_field(f"{field}.{key}.params"):
+                dict_metrics[f"{engine_type}/{key}"] = get_metric(
+                    engine_type, info or {}, **entry.get("params", {})
+                )
         return dict_metrics
 
     # ---- Steps: overridable, the defaults suit most supervised tasks ----

@@ -30,6 +30,7 @@ import ignite.distributed as idist
 import torch
 from ignite.engine import Events
 
+from gatle_ignite.dispatch import ConfigError
 from gatle_ignite.run.storage import local_dir
 from gatle_ignite.trainer.telemetry.devices import (
     peak_memory_mb,
@@ -174,6 +175,10 @@ class Telemetry:
                 self.flops = count_step_flops(
                     self.trainer, engine.state.batch, engine.state.iteration
                 )
+            except ConfigError:
+                # The task's own mistake (a name its loss cannot read): the real step would
+                # raise it next. Raised now, once, with no word that training is unaffected.
+                raise
             except Exception as error:
                 warnings.warn(
                     f"FLOPs not counted, so no perf/achieved_tflops or perf/mfu: the counting "

@@ -28,7 +28,9 @@ def count_step_flops(trainer, batch, iteration: int) -> int:
             with FlopCounterMode(display=False) as counter:
                 x = trainer.prep_batch(batch, split="train")
                 with trainer._autocast():
-                    y_pred = trainer.forward(x["model_input"])
-                    loss, _ = trainer.loss_fn(y_pred, x, iteration=iteration)
+                    # As the real step calls them: a config mistake comes out as the same
+                    # config error, which the count then lets through.
+                    y_pred = trainer._forward_explained(x["model_input"])
+                    loss, _ = trainer._loss_explained(y_pred, x, iteration)
                 loss.backward()
     return counter.get_total_flops()
