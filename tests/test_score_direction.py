@@ -148,6 +148,48 @@ def test_score_mode_is_an_override_and_config_shows_it(tmp_path, capsys):
     assert "score_mode: min" in out and "score_factor: -1" in out
 
 
+@pytest.mark.parametrize(
+    "fields, overrides",
+    [
+        ({"score_mode": "min", "score_factor": 1}, []),
+        ({"score_mode": "min"}, ["--override=score_factor=1"]),
+        ({"score_factor": 1}, ["--override=score_mode=min"]),
+        ({"score_mode": "max", "score_factor": -1}, []),
+    ],
+    ids=["both in the file", "factor overridden", "mode overridden", "max against -1"],
+)
+def test_a_factor_the_config_sets_against_its_score_mode_is_refused(
+    tmp_path, capsys, fields, overrides
+):
+    """A factor of 1 the config sets says higher is better, as its default does not: against
+    score_mode "min" it is a contradiction, named with both fields and the fix."""
+    save_dir = tmp_path / "run"
+    config = write_toy_config(tmp_path / "cfg.py", save_dir=str(save_dir), **LOWER, **fields)
+    mode = fields.get("score_mode", "min")
+    factor = -1 if mode == "max" else 1
+    for command in ("config", "train"):
+        capsys.readouterr()
+        assert main([command, f"--config={config}", *overrides]) == 2
+        err = capsys.readouterr().err
+        assert (
+            f"config error: score_mode = '{mode}' contradicts score_factor = {factor}, which the "
+            f"config sets" in err
+        )
+        assert "Remove the score_factor line (or override)" in err
+        assert f"or set score_factor = {-factor}." in err
+    assert not save_dir.exists()
+
+
+def test_the_synthetic_example_switched_to_min_is_told_to_drop_its_factor_line(capsys):
+    """Its config says score_factor = 1 outright; the first-task page says to remove the line."""
+    synthetic = Path(__file__).parent.parent / "examples/synthetic/configs/synthetic_v0.py"
+    assert "cfg.score_factor = 1\n" in synthetic.read_text()
+    assert main(["config", f"--config={synthetic}", "--override=score_mode=min"]) == 2
+    assert "Remove the score_factor line" in capsys.readouterr().err
+    first_task = Path(__file__).parent.parent / "docs/first-task.md"
+    assert "remove the `cfg.score_factor = 1` line" in first_task.read_text()
+
+
 def test_a_04_run_resumes_under_score_mode_said_in_words(tmp_path, capsys):
     save_dir, _out = _train(capsys, tmp_path, "old", score_factor=-1, **{**LOWER, "max_epochs": 1})
     config = tmp_path / "old.py"

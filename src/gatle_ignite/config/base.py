@@ -2,6 +2,8 @@
 
 from ml_collections import config_dict
 
+from gatle_ignite.config.presets import preset
+
 __all__ = ["OPTIONAL_KNOWN", "REQUIRED_FIELDS", "base_config", "known_fields"]
 
 REQUIRED_FIELDS = (
@@ -85,11 +87,11 @@ def base_config() -> config_dict.ConfigDict:
     cfg.val_metrics = {}
     cfg.tester_metrics = {}
     cfg.score_name = placeholder(str)
-    cfg.score_factor = 1
+    cfg.score_factor = preset(1)
     # The direction in words: "max" or "min" (score_factor -1); unset = score_factor decides.
     cfg.score_mode = placeholder(str)
     cfg.tester_score_name = placeholder(str)
-    cfg.tester_score_factor = 1
+    cfg.tester_score_factor = preset(1)
     cfg.tester_score_mode = placeholder(str)
 
     cfg.save_ckpt = True

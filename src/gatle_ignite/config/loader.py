@@ -13,6 +13,7 @@ from ml_collections import config_dict
 from gatle_ignite.callbacks.run_record import redact_text, shown_value
 from gatle_ignite.config.base import OPTIONAL_KNOWN
 from gatle_ignite.config.names import HINT_CUTOFF, TYPO_CUTOFF, closest, framework_fields
+from gatle_ignite.config.presets import note_set, presets_watched, settle
 from gatle_ignite.dispatch import ConfigError, shadowing_hint
 
 __all__ = ["apply_overrides", "load_config_from_file", "require_config"]
@@ -51,7 +52,10 @@ def load_config_from_file(path: Union[str, os.PathLike]):
     if not hasattr(module, "get_config"):
         raise ConfigError(f"config file {path} must define get_config()")
     try:
-        return module.get_config()
+        with presets_watched():
+            cfg = module.get_config()
+        settle(cfg)
+        return cfg
     except (TypeError, ValueError) as error:
         line = _refusing_config_line(error, path)
         if line is None:
@@ -300,6 +304,7 @@ def apply_overrides(
         key, raw = item.split("=", 1)
         keys.add(key.strip())
         _set_override(cfg, key.strip(), _parse_value(raw))
+        note_set(cfg, key.strip())
     if named_dir is not None and "name" in keys and "save_dir" not in keys:
         cfg["save_dir"] = os.path.join(named_dir, cfg["name"])
     return cfg

@@ -193,8 +193,10 @@ FIELD_DOCS: dict[str, str] = {
     ),
     "score_mode": (
         "The score's direction in words: `'max'` (higher is better) or `'min'` (lower is "
-        "better, the same as `score_factor = -1`, which it sets). A `score_factor` of the other "
-        "sign is a config error. Unset: `score_factor` decides."
+        "better, the same as `score_factor = -1`, which it sets). `'min'` needs `score_factor` "
+        "left at its default (not set in the config or an override) or set negative; a factor "
+        "the config sets to the other direction (1 for `'min'`, -1 for `'max'`) is a config "
+        "error. Unset: `score_factor` decides."
     ),
     "tester_score_name": (
         "A tester metric (`test/acc`) that selects its own `test_best_result*` checkpoints. "

@@ -10,6 +10,7 @@ from gatle_ignite import dispatch
 from gatle_ignite.callbacks.logging import BUILTIN_BACKENDS, NOT_A_BACKEND
 from gatle_ignite.config.base import REQUIRED_FIELDS
 from gatle_ignite.config.names import HINT_CUTOFF, closest, misspelt_fields
+from gatle_ignite.config.presets import left_at_preset
 from gatle_ignite.config.values import check_values
 from gatle_ignite.dispatch import ConfigError
 from gatle_ignite.enhancements.compile import check_compile_value
@@ -62,7 +63,9 @@ SCORE_MODES = {"max": 1, "min": -1}
 
 def _apply_score_mode(cfg, spec: EngineSpec) -> None:
     """Turn ``score_mode`` into the factor the checkpoints, early stopping and sweeps read:
-    ``min`` makes the default factor 1 into -1; a factor of the other sign is refused."""
+    ``min`` makes the default factor 1 into -1; a factor the config set that says the other
+    direction (1 for ``min``, -1 for ``max``) is refused. A config the loader did not load
+    cannot tell its factor's default from a 1 it set: there 1 is taken for the default."""
     mode_field, factor_field = spec.score_mode_field, spec.score_factor_field
     mode = cfg.get(mode_field, None) if mode_field else None
     if mode is None:
@@ -73,16 +76,17 @@ def _apply_score_mode(cfg, spec: EngineSpec) -> None:
             f"better)."
         )
     factor = cfg.get(factor_field, 1)
-    if mode == "min" and factor == 1:
+    if mode == "min" and factor == 1 and left_at_preset(cfg, factor_field) is not False:
         cfg[factor_field] = -1
         return
     if not isinstance(factor, numbers.Real) or factor * SCORE_MODES[mode] <= 0:
         sign = "positive" if mode == "max" else "negative"
         raise ConfigError(
-            f"{mode_field} = {mode!r} contradicts {factor_field} = {factor!r}: the best "
-            f"checkpoint keeps the highest score times the factor, so {mode!r} needs a {sign} "
-            f"factor.\n"
-            f"  Leave {factor_field} at 1 and let {mode_field} say the direction."
+            f"{mode_field} = {mode!r} contradicts {factor_field} = {factor!r}, which the config "
+            f"sets: the best checkpoint keeps the highest score times the factor, so {mode!r} "
+            f"needs a {sign} factor.\n"
+            f"  Remove the {factor_field} line (or override) and let {mode_field} say the "
+            f"direction, or set {factor_field} = {SCORE_MODES[mode]}."
         )
 
 
