@@ -10,6 +10,7 @@ import tokenize
 
 import pytest
 
+from gatle_ignite.cli.main import main
 from tests.conftest import ROOT
 
 CONFIGS = sorted(
@@ -143,6 +144,24 @@ def _code_lines(path) -> int:
 
 # The recipes of a model as a library returns it, and the most lines of code each may take.
 RECIPES = {"causal_lm": 60, "resnet_digits": 50}
+
+
+@pytest.mark.parametrize("example", RECIPES)
+def test_a_recipe_config_copied_to_v1_is_a_run_of_its_own(tmp_path, capsys, example):
+    """Named after its file, as first-task recommends: the copy is a new run, in its own
+    directory, and never meets the original's."""
+    original = ROOT / "examples" / example / "configs" / f"{example}_v0.py"
+    copy = tmp_path / f"{example}_v1.py"
+    copy.write_text(original.read_text())
+    saved = {}
+    for path in (original, copy):
+        capsys.readouterr()
+        assert main(["config", f"--config={path}", "--all"]) == 0
+        shown = capsys.readouterr().out
+        saved[path.stem] = re.search(r"^save_dir: (.+)$", shown, re.M)[1]
+        assert f"\nname: {path.stem}\n" in shown
+    assert saved[f"{example}_v1"] != saved[f"{example}_v0"]
+    assert saved[f"{example}_v1"].endswith(f"checkpoints/{example}_v1")
 
 
 @pytest.mark.parametrize("example, most", RECIPES.items())

@@ -1,6 +1,8 @@
 """A 2-layer GPT-2 from transformers on bytes of Python's standard library: the built-in
 cross-entropy and perplexity, the score lower-is-better, an export at any length up to 128."""
 
+from pathlib import Path
+
 from examples.causal_lm.configs.base_utils import ckpt_dir
 from gatle_ignite import base_config
 
@@ -9,7 +11,7 @@ DATA = "examples.causal_lm.dataloaders.text_bytes"
 
 def get_config():
     cfg = base_config()
-    cfg.name = "causal_lm"
+    cfg.name = Path(__file__).stem
     cfg.save_dir = ckpt_dir(cfg.name)
     cfg.main_runner = "examples.causal_lm.trainer.lm_trainer"
     cfg.model_name = "examples.causal_lm.models.gpt"

@@ -1,13 +1,15 @@
 """A ResNet from transformers (BatchNorm, random init) on 16x16 digits, augmented in prep_batch:
 the built-in cross-entropy and accuracy, an export at any image size."""
 
+from pathlib import Path
+
 from examples.resnet_digits.configs.base_utils import ckpt_dir
 from gatle_ignite import base_config
 
 
 def get_config():
     cfg = base_config()
-    cfg.name = "resnet_digits"
+    cfg.name = Path(__file__).stem
     cfg.save_dir = ckpt_dir(cfg.name)
     cfg.main_runner = "examples.resnet_digits.trainer.image_trainer"
     cfg.model_name = "examples.resnet_digits.models.resnet"
