@@ -291,6 +291,21 @@ def test_the_table_fits_the_terminal_and_counts_what_it_leaves_out(mixed_runs, c
     assert "path" in _runs(capsys, "--all", mixed_runs, columns=40)[1].splitlines()[1].split()
 
 
+def test_one_name_in_two_tables_is_two_labels(tmp_path, capsys):
+    """Two runs of one name, ranked in different directions: each table shows its own, and
+    the labels differ across the whole output, as the CSV's rows do."""
+    _train(tmp_path / "digits_cls", name="digits_cls", max_epochs=1)
+    _train(tmp_path / "x", name="digits_cls", max_epochs=1, score_mode="min")
+    code, out, _err = _runs(capsys, tmp_path)
+    assert code == 0
+    tables = out.split("\n\n")
+    assert len(tables) == 2
+    labels = [_table(table)[1][0] for table in tables]
+    assert sorted(labels) == ["digits_cls", "x"]
+    _code, csv_out, _err = _runs(capsys, tmp_path, "--csv")
+    assert sorted(row["run"] for row in _csv(csv_out)) == ["digits_cls", "x"]
+
+
 def test_two_sweeps_trials_of_one_number_are_told_apart(tmp_path, capsys):
     for sweep, study in (("first", "lr_a"), ("second", "lr_b"), ("third", "lr_b")):
         trial = _lr_run(tmp_path / sweep / "trial_1", 0.1)

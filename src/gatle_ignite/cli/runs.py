@@ -132,12 +132,16 @@ def run_runs(
         _print_csv(rows([run for group in groups for run in group.runs], provenance=provenance))
         return 0
     width = shutil.get_terminal_size().columns
+    # Labels told apart over every table: one name in two tables is two runs, not one.
+    every = [run for group in groups for run in group.runs]
+    labels = dict(zip(map(id, every), distinct_labels(every)))
     for index, group in enumerate(groups):
         columns = _provenance_columns(group.runs, provenance)
         extra = {c: [escaped(provenance_of(run, c) or "-") for run in group.runs] for c in columns}
         if index:
             print()
         print(escaped(group.title))
-        for line in table_lines(group, extra, everything, width):
+        shown = [labels[id(run)] for run in group.runs]
+        for line in table_lines(group, extra, everything, width, shown):
             print(line)
     return 0

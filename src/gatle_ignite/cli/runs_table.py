@@ -78,10 +78,10 @@ def short_names(keys: list, path_fields: set = frozenset()) -> dict:
             parts[key] += 1
 
 
-def _fixed_columns(group: ScoreGroup) -> list:
+def _fixed_columns(group: ScoreGroup, labels: Optional[list]) -> list:
     runs = group.runs
     return [
-        ("run", [escaped(label) for label in distinct_labels(runs)]),
+        ("run", [escaped(label) for label in labels or distinct_labels(runs)]),
         ("state", [escaped(run.state) for run in runs]),
         (escaped(group.score_name or "score"), [_cell(run.score) for run in runs]),
         ("epoch", [_cell(run.score_epoch) for run in runs]),
@@ -122,16 +122,21 @@ def _fitting(shown: list, optional: list, width: Optional[int]) -> list:
 
 
 def table_lines(
-    group: ScoreGroup, extra: Optional[dict] = None, everything: bool = False, width=None
+    group: ScoreGroup,
+    extra: Optional[dict] = None,
+    everything: bool = False,
+    width=None,
+    labels: Optional[list] = None,
 ) -> list:
     """The group's table as lines: the header, then a line per run, the best first.
 
     ``extra`` holds columns asked for by name (``{header: [cell per run]}``), always shown,
     last; ``width`` (characters) drops the differing fields that do not fit, from the right,
-    and says how many; ``everything`` shows them all, and the runs' paths.
+    and says how many; ``everything`` shows them all, and the runs' paths. ``labels`` name the
+    runs (distinct among every table printed); by default, distinct within the group.
     """
     runs = group.runs
-    fixed, extra = _fixed_columns(group), list((extra or {}).items())
+    fixed, extra = _fixed_columns(group, labels), list((extra or {}).items())
     params = _param_columns(runs, everything)
     if everything:
         params.append(("path", [escaped(run.path) for run in runs]))
