@@ -242,6 +242,19 @@ def test_no_hint_when_nothing_is_close(tmp_path, capsys):
             ("val_metrics", "acc", "params", "top_k"),
             5,
         ),
+        # A metric entry's params given whole, where it has none and where it has some.
+        (
+            {"val_metrics": {"acc": {"cls_name": COMPONENTS}}},
+            "val_metrics.acc.params={'src_name': 'logit'}",
+            ("val_metrics", "acc", "params", "src_name"),
+            "logit",
+        ),
+        (
+            {"val_metrics": {"acc": {"cls_name": COMPONENTS, "params": {"top_k": 2}}}},
+            "val_metrics.acc.params={'src_name': 'logit'}",
+            ("val_metrics", "acc", "params"),
+            {"src_name": "logit"},
+        ),
         (
             {"criterion_params": {"dict_of_loss_params": {"ce": {"loss_params": {}}}}},
             "criterion_params.dict_of_loss_params.ce.loss_params.label_smoothing=0.1",
@@ -258,7 +271,7 @@ def test_an_override_adds_a_key_inside_a_params_mapping(tmp_path, fields, overri
     for part in path:
         value = value[part]
     if expected is not None:
-        assert value == expected
+        assert (value.to_dict() if hasattr(value, "to_dict") else value) == expected
     else:
         assert override.split("=")[0].split(".")[-1] in value
 
@@ -292,6 +305,8 @@ def test_a_locked_config_takes_new_params_keys_and_stays_locked(tmp_path):
         ("model_params.encoder.depth=2", "unknown config field 'model_params.encoder'"),
         ("model_params.2x=1", "not a Python identifier"),
         ("model_params..x=1", "has an empty part"),
+        # A metric's params given whole is a mapping.
+        ("val_metrics.loss.params=3", "a metric's params is a mapping of its keyword arguments"),
     ],
 )
 def test_keys_outside_params_mappings_stay_refused(tmp_path, capsys, override, phrase):
@@ -299,7 +314,10 @@ def test_keys_outside_params_mappings_stay_refused(tmp_path, capsys, override, p
         tmp_path,
         knn_params={"n": 1},
         optimizer_params={"lr": 0.1, "weight_decay": 0.0},
-        val_metrics={"acc": {"cls_name": COMPONENTS, "params": {}}},
+        val_metrics={
+            "acc": {"cls_name": COMPONENTS, "params": {}},
+            "loss": {"cls_name": COMPONENTS},
+        },
     )
     err = _config_error(capsys, ["config", f"--config={path}", f"--override={override}"])
     assert phrase in err

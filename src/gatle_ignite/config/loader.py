@@ -215,9 +215,17 @@ def _group_of(cfg, key: str, parts: Sequence[str]):
     return container
 
 
-def _check_new_key(key: str, parts: Sequence[str], group) -> None:
-    """Refuse adding the last part of ``key`` unless it is a params key and no misspelling."""
+def _check_new_key(key: str, parts: Sequence[str], group, value) -> None:
+    """Refuse adding the last part of ``key`` unless it is a params key and no misspelling, or
+    a metric entry's whole ``params``, a mapping."""
     leaf, parent = parts[-1], ".".join(parts[:-1])
+    if _is_metric_params(parts):
+        if not _is_group(value) and not isinstance(value, dict):
+            raise ConfigError(
+                f"cannot set '{key}' to {shown_value(key, value)}: a metric's params is a "
+                f"mapping of its keyword arguments, e.g. \"{key}={{'src_name': 'logits'}}\"."
+            )
+        return
     if not _is_params(parts[:-1]):
         raise _unknown_in_group(key, parent, group, leaf)
     if not leaf.isidentifier():
@@ -277,7 +285,7 @@ def _set_override(cfg, key: str, value) -> None:
     if leaf not in group:
         if len(parts) == 1:
             raise _unknown_top_level(cfg, leaf)
-        _check_new_key(key, parts, group)
+        _check_new_key(key, parts, group, value)
         _add_key(key, group, leaf, value)
         return
     try:
