@@ -9,7 +9,7 @@ import pytest
 from matplotlib.image import imread
 
 from gatle_ignite.cli.main import main
-from gatle_ignite.cli.plot import plot_runs, runs_to_draw
+from gatle_ignite.cli.plot import plot_figures, plot_runs, runs_to_draw
 from gatle_ignite.dispatch import ConfigError
 from tests.toy.config import toy_config
 from tests.toy.trainer import Trainer
@@ -146,6 +146,26 @@ def test_param_groups_share_one_lr_panel_a_line_each(tmp_path):
     assert [line.get_linestyle() for line in ax.get_lines()] == ["-", "--"]
 
 
+def test_one_runs_param_groups_get_a_colour_each_several_runs_a_colour_each(tmp_path):
+    """Two groups of one run often share their values: in one colour their lines are one."""
+    rows = [(1.0, 1, i, f"train/lr_{g}", 0.1 * i) for i in (1, 2) for g in (0, 1)]
+    one = _run_dir(tmp_path / "one", rows)
+    [ax] = plot_runs([one], tmp_path / "one.png").axes
+    assert len({line.get_color() for line in ax.get_lines()}) == 2
+    other = _run_dir(tmp_path / "other", rows)
+    [ax] = plot_runs([one, other], tmp_path / "two.png").axes
+    colours = {line.get_label(): line.get_color() for line in ax.get_lines()}
+    assert colours["one, param group 0"] == colours["one, param group 1"]
+    assert colours["one, param group 0"] != colours["other, param group 0"]
+
+
+def test_a_panel_one_run_alone_logged_names_it_among_several(epoch_run, step_run, tmp_path):
+    figure = plot_runs([epoch_run, step_run], tmp_path / "both.png")
+    # valid/loss: only step_run logged it; its line is named all the same.
+    legend = _panel(figure, "valid/loss").get_legend()
+    assert legend is not None and [t.get_text() for t in legend.get_texts()] == ["step_run"]
+
+
 def test_a_real_runs_lr_lines_are_named_after_its_param_groups(tmp_path):
     # The built-in adamw splits decay from no-decay parameters and names the two groups.
     save_dir = tmp_path / "named"
@@ -256,7 +276,9 @@ def test_best_k_draws_only_the_highest_scoring_runs_best_first(folder_of_runs, t
     assert main(["plot", str(folder), "--best", "2", "--out", str(out)]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].endswith(f"of the best 2 run(s) written to {out}")
-    assert lines[1].endswith("perf/ panel(s), which --perf draws apart")
+    assert lines[1].startswith("  perf: ") and lines[1].endswith(
+        f"of the perf/ metrics, left out: --perf writes them to {tmp_path}/best_perf.png"
+    )
     assert out.read_bytes().startswith(b"\x89PNG")
     with pytest.raises(SystemExit) as refused:
         main(["plot", str(folder), "--best", "0", "--out", str(out)])
@@ -367,6 +389,36 @@ def test_a_perf_metric_chosen_by_name_is_drawn_with_the_rest(batch_sizes, tmp_pa
         "valid/acc (score, higher is better)",
         "perf/samples_per_s",
     ]
+
+
+def test_the_perf_figure_leads_with_time_and_throughput_and_leaves_cpu_flops_out(
+    batch_sizes, tmp_path
+):
+    bs8, _bs32 = batch_sizes
+    figures, _runs = plot_figures([bs8], perf=True)
+    titles = [ax.get_title() for ax in figures.perf_figure.axes]
+    assert titles[:3] == ["perf/epoch_time_s", "perf/samples_per_s", "perf/tokens_per_s"]
+    # A CPU's FLOP/s are logged, and too small to say anything: no panel, not named either.
+    assert _perf_values(bs8, "perf/achieved_tflops")
+    assert not [t for t in titles if "tflops" in t or "mfu" in t]
+    assert "achieved_tflops" not in (figures.perf_figure.get_suptitle() or "")
+
+
+def _perf_values(run, name) -> list:
+    with open(run / "metrics.csv", newline="", encoding="utf-8") as handle:
+        return [float(row["value"]) for row in csv.DictReader(handle) if row["name"] == name]
+
+
+def test_a_perf_series_that_barely_moves_is_drawn_within_5_percent_of_its_value(tmp_path):
+    rows = [(1.0, e, 4 * e, "perf/peak_memory_mb", 495.42 + 0.02 * e) for e in range(1, 7)]
+    rows += [(1.0, e, 4 * e, "perf/epoch_time_s", 1.0 / e) for e in range(1, 7)]
+    run = _run_dir(tmp_path / "steady", rows)
+    figures, _runs = plot_figures([run], metrics=["perf/*"])
+    low, high = _panel(figures.figure, "perf/peak_memory_mb").get_ylim()
+    assert low <= 495.42 * 0.951 and high >= 495.54 * 1.049
+    # A series that moves keeps its own range.
+    low, high = _panel(figures.figure, "perf/epoch_time_s").get_ylim()
+    assert low > 0.1 and high < 1.1
 
 
 def test_the_perf_option_writes_the_perf_panels_beside_the_figure(batch_sizes, tmp_path, capsys):

@@ -84,7 +84,10 @@ def test_every_epoch_logs_its_perf_rows_with_sane_values(make_cfg, tmp_path, cap
     assert "perf/flops_per_step" in rows[1] and "perf/flops_per_step" not in rows[2]
     out = capsys.readouterr().out
     assert out.count("\nperf   epoch ") == 2
-    assert "samples/s | peak " in out and "TFLOP/s" in out
+    assert "samples/s | peak " in out
+    # Logged, yet a CPU's hundred-thousandth of a TFLOP/s is not shown on the line.
+    assert all(row["perf/achieved_tflops"] < 0.01 for row in rows.values())
+    assert "TFLOP/s" not in out
 
 
 def test_flops_per_step_is_the_analytic_count_of_the_model(make_cfg, tmp_path):
@@ -439,6 +442,31 @@ def test_the_perf_line_reads_briefly():
         "epoch 12.5 s | train 10 s (data wait 4%), eval 2 s, checkpoint 0.25 s | "
         "12.3k samples/s | peak 20,480 MB | 405 TFLOP/s, MFU 41.0%"
     )
+
+
+@pytest.mark.parametrize(
+    "tflops, mfu, shown",
+    [
+        (4.41e-05, None, None),
+        (0.5, None, "0.5 TFLOP/s"),
+        (0.002, 0.0001, "0.002 TFLOP/s, MFU 0.0%"),
+    ],
+    ids=["a small model on the CPU", "a large one on the CPU", "any on a known GPU"],
+)
+def test_achieved_tflops_show_beside_an_mfu_or_from_ten_gflops(tflops, mfu, shown):
+    record = {"perf/epoch_time_s": 1.0, "perf/achieved_tflops": tflops}
+    if mfu is not None:
+        record["perf/mfu"] = mfu
+    line = perf_line(record)
+    assert line.endswith(f" | {shown}") if shown else "TFLOP" not in line
+
+
+def test_the_summary_of_a_cpu_run_shows_no_tflops(tmp_path, capsys):
+    assert _train_cli(tmp_path, max_epochs=1) == 0
+    out = capsys.readouterr().out
+    [speed] = [line for line in out.splitlines() if line.startswith("  speed ")]
+    assert "samples/s" in speed and "TFLOP/s" not in speed
+    assert "TFLOP/s" not in out
 
 
 # ----------------------------------------------------------------------------- several ranks

@@ -6,9 +6,26 @@ names and formats them.
 
 from typing import Optional
 
-__all__ = ["PERF_PREFIX", "duration", "is_perf_record", "perf_line", "rate"]
+__all__ = [
+    "PERF_PREFIX",
+    "TFLOPS_SHOWN",
+    "duration",
+    "is_perf_record",
+    "perf_line",
+    "rate",
+    "shows_tflops",
+]
 
 PERF_PREFIX = "perf/"
+# Achieved TFLOP/s is shown where it says something of the hardware: beside an MFU (a device of
+# known peak), or from 10 GFLOP/s up. Below that a step is Python and launch overheads, not
+# arithmetic: a small model on the CPU makes 1e-4 TFLOP/s, a figure that only looks precise.
+TFLOPS_SHOWN = 0.01
+
+
+def shows_tflops(tflops: Optional[float], mfu: Optional[float]) -> bool:
+    """Whether an achieved ``tflops`` (with ``mfu``, None off a known device) is worth showing."""
+    return tflops is not None and (mfu is not None or tflops >= TFLOPS_SHOWN)
 
 
 def is_perf_record(metrics) -> bool:
@@ -63,8 +80,7 @@ def perf_line(metrics) -> str:
     memory = _get(metrics, "peak_memory_mb")
     if memory is not None:
         parts.append(f"peak {memory:,.0f} MB")
-    tflops = _get(metrics, "achieved_tflops")
-    if tflops is not None:
-        mfu = _get(metrics, "mfu")
+    tflops, mfu = _get(metrics, "achieved_tflops"), _get(metrics, "mfu")
+    if shows_tflops(tflops, mfu):
         parts.append(f"{tflops:.3g} TFLOP/s" + (f", MFU {mfu:.1%}" if mfu is not None else ""))
     return " | ".join(parts)

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple, Optional, Union
 
-from gatle_ignite.cli.plot_panels import Constant, Panel, choose_panels
+from gatle_ignite.cli.plot_panels import PERF_PREFIX, Constant, Panel, choose_panels
 from gatle_ignite.dispatch import ConfigError
 from gatle_ignite.experiments.history import (
     HISTORY_FILE,
@@ -34,8 +34,10 @@ from gatle_ignite.experiments.runs import by_score, distinct_labels, read_run, r
 __all__ = [
     "X_AXES",
     "Point",
+    "Figures",
     "draw_histories",
     "perf_path",
+    "plot_figures",
     "plot_runs",
     "read_history",
     "read_history_file",
@@ -48,6 +50,8 @@ __all__ = [
 # A series this short is drawn with markers, so its few epoch points stay visible.
 _MARKED_POINTS = 50
 _GROUP_STYLES = ("-", "--", ":", "-.")
+# A perf series whose values stay within this share of their middle is drawn in that band.
+_STEADY = 0.05
 _AXIS_LABELS = {
     "iteration": "iteration",
     "epoch": "epoch",
@@ -114,21 +118,23 @@ class _Drawn:
 
         positions, x_label = self.panel_axis(panel)
         groups = len(panel.series)
+        several = len(self.histories) > 1
         runs = zip(self.histories, self.labels, self.group_names, positions)
         for index, (history, label, names, position) in enumerate(runs):
             for style, (name, group) in enumerate(panel.series):
                 xs, ys = _placed(history.get(name, []), position)
                 if not xs:
                     continue
-                # One colour per run across every panel, so a run is followed from panel to
-                # panel; a line style per param group.
+                # Of several runs, one colour per run across every panel, so a run is followed
+                # from panel to panel, and a line style per param group; of one run, a colour
+                # per group too, as groups often share their values and lie on one line.
                 ax.plot(
                     xs,
                     ys,
                     marker="o" if len(xs) <= _MARKED_POINTS else None,
                     markersize=3,
                     linewidth=1.4,
-                    color=f"C{index}",
+                    color=f"C{index if several else style}",
                     linestyle=_GROUP_STYLES[style % len(_GROUP_STYLES)],
                     label=_series_label(label, group, groups, len(self.histories), names),
                 )
@@ -139,7 +145,10 @@ class _Drawn:
             ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.tick_params(labelsize=7)
         ax.grid(alpha=0.3)
-        if len(ax.get_lines()) > 1:
+        if panel.series[0][0].startswith(PERF_PREFIX):
+            _steady_range(ax)
+        # Among several runs a panel names its runs even when one alone logged the metric.
+        if several or len(ax.get_lines()) > 1:
             ax.legend(fontsize=7, loc="best")
 
     def constant_line(self, constant: Constant) -> str:
@@ -147,6 +156,19 @@ class _Drawn:
         if len({v for _label, v in values}) == 1:
             return f"{constant.title} = {values[0][1]:.5g}"
         return f"{constant.title}: " + ", ".join(f"{label} {v:.5g}" for label, v in values)
+
+
+def _steady_range(ax) -> None:
+    """A series that barely moves (peak memory 495.42 to 495.54 MB) drawn within 5% of its
+    value either way, not stretched over the whole height as if it swung."""
+    values = [y for line in ax.get_lines() for y in line.get_ydata()]
+    if not values:
+        return
+    low, high = min(values), max(values)
+    middle = (low + high) / 2
+    margin = _STEADY * abs(middle)
+    if middle and high - low < 2 * margin:
+        ax.set_ylim(middle - margin, middle + margin)
 
 
 def _figure(drawn: _Drawn, panels: list, constants: list, columns: int):
@@ -169,11 +191,13 @@ def _figure(drawn: _Drawn, panels: list, constants: list, columns: int):
     return figure
 
 
-class _Figures(NamedTuple):
+class Figures(NamedTuple):
     figure: object
-    # Drawn only when asked for; perf_panels counts them either way.
+    # Drawn only when asked for; perf_panels counts them either way, perf_constants names the
+    # perf metrics that keep one value.
     perf_figure: object
     perf_panels: int
+    perf_constants: list
 
 
 def _draw(histories, labels, columns, group_names, scores, metrics, axis, positions, perf):
@@ -189,7 +213,8 @@ def _draw(histories, labels, columns, group_names, scores, metrics, axis, positi
     perf_figure = None
     if perf and chosen.perf:
         perf_figure = _figure(drawn, chosen.perf, chosen.perf_constants, columns)
-    return _Figures(figure, perf_figure, len(chosen.perf))
+    constants = [drawn.constant_line(c) for c in chosen.perf_constants]
+    return Figures(figure, perf_figure, len(chosen.perf), constants)
 
 
 def draw_histories(
@@ -250,8 +275,8 @@ def _missing(axis: str) -> str:
     )
 
 
-def _plot(run_dirs, labels, metrics, x, perf) -> tuple:
-    """``(figures, runs drawn)``."""
+def plot_figures(run_dirs, labels=None, metrics=None, x="iteration", perf=False) -> tuple:
+    """``(Figures, runs drawn)`` of the runs in ``run_dirs``, nothing written."""
     if x not in X_AXES:
         raise ConfigError(f"--x {x!r}: choose one of {', '.join(X_AXES)}.")
     histories = [read_history(run_dir) for run_dir in run_dirs]
@@ -289,7 +314,7 @@ def plot_runs(
 ):
     """Draw the runs' curves, runs overlaid, into the PNG ``out``; returns the Figure. With
     ``perf``, the ``perf/`` panels go to :func:`perf_path` too."""
-    figures, _runs = _plot(run_dirs, labels, metrics, x, perf)
+    figures, _runs = plot_figures(run_dirs, labels, metrics, x, perf)
     save_png(figures.figure, out)
     if figures.perf_figure is not None:
         save_png(figures.perf_figure, perf_path(out))
@@ -373,7 +398,7 @@ def run_plot(
     for sweep_dir in sweeps:
         require_optuna(sweep_dir)  # before anything is drawn
     paths, labels = runs_to_draw(run_dirs, best)
-    figures, runs = _plot(paths, labels, metrics, x, perf)
+    figures, runs = plot_figures(paths, labels, metrics, x, perf)
     save_png(figures.figure, out)
     chosen = f"the best {runs}" if best is not None else f"{runs}"
     panels = len(figures.figure.axes)
@@ -382,7 +407,13 @@ def run_plot(
         save_png(figures.perf_figure, perf_path(out))
         print(f"PERF: {figures.perf_panels} perf/ panel(s) written to {perf_path(out)}")
     elif figures.perf_panels:
-        print(f"  and {figures.perf_panels} perf/ panel(s), which --perf draws apart")
+        print(
+            f"  perf: {figures.perf_panels} more panel(s), of the perf/ metrics, left out: "
+            f"--perf writes them to {perf_path(out)}"
+        )
+    elif perf and figures.perf_constants:
+        constant = "; ".join(figures.perf_constants)
+        print(f"PERF: no perf/ metric changes over these runs, so no figure ({constant})")
     for sweep_dir in sweeps:
         stem = _study_stem(out, sweep_dir, len(sweeps))
         written = write_study_plots(sweep_dir, stem, storage)

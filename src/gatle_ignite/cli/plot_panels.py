@@ -2,9 +2,11 @@
 
 The score leads (its title says which way is better), then the other evaluation metrics, the
 training loss and its terms, the learning rates (one panel, a line per param group), the other
-training metrics; the ``perf/`` metrics go to a figure of their own. A metric that keeps one
-value over every run drawn is no panel: the figure names it with its value. A metric whose
-points equal another's in every run is drawn once, both names in the title.
+training metrics; the ``perf/`` metrics go to a figure of their own, the epoch's time and the
+throughput first, and achieved FLOP/s only where the summary would show them (beside an MFU, or
+from 10 GFLOP/s up). A metric that keeps one value over every run drawn is no panel: the figure
+names it with its value. A metric whose points equal another's in every run is drawn once, both
+names in the title.
 """
 
 import fnmatch
@@ -12,13 +14,27 @@ import re
 from collections import defaultdict
 from typing import NamedTuple, Optional
 
+from gatle_ignite.callbacks.perf_line import PERF_PREFIX, shows_tflops
 from gatle_ignite.dispatch import ConfigError
 
-__all__ = ["Constant", "Panel", "Panels", "choose_panels"]
+__all__ = ["PERF_PREFIX", "Constant", "Panel", "Panels", "choose_panels"]
 
 # The learning rate of each param group (train/lr_0, train/lr_1, ...): one panel, a line each.
 _LR_GROUP = re.compile(r"(?P<panel>.+/lr)_(?P<group>\d+)")
-PERF_PREFIX = "perf/"
+# The perf figure's order: what an epoch took and gave first, the rarely useful last.
+_PERF_ORDER = (
+    "epoch_time_s",
+    "samples_per_s",
+    "tokens_per_s",
+    "data_wait_share",
+    "checkpoint_stall_s",
+    "peak_memory_mb",
+    "train_time_s",
+    "eval_time_s",
+    "mfu",
+    "achieved_tflops",
+    "flops_per_step",
+)
 
 
 class Panel(NamedTuple):
@@ -74,7 +90,9 @@ def _rank(panel: Panel, scores: dict) -> tuple:
     if name in scores:
         return (0, list(scores).index(name), "")
     if name.startswith(PERF_PREFIX):
-        return (6, 0, panel.title)
+        short = name[len(PERF_PREFIX) :]
+        order = _PERF_ORDER.index(short) if short in _PERF_ORDER else len(_PERF_ORDER)
+        return (6, order, panel.title)
     if not name.startswith("train/"):
         engines = {score.split("/")[0] for score in scores}
         if "/" not in name:
@@ -95,6 +113,19 @@ def _constant(panel: Panel, histories: list) -> Optional[Constant]:
     if any(len(found) > 1 for found in values) or not any(values):
         return None
     return Constant(panel.title, tuple(next(iter(found), None) for found in values))
+
+
+def _flops_noise(histories: list) -> set:
+    """The FLOP/s metrics not worth a panel: where no run has an MFU and none reaches what the
+    summary shows (a small model on the CPU)."""
+
+    def values(name):
+        return [p.value for history in histories for p in history.get(f"{PERF_PREFIX}{name}", ())]
+
+    achieved, mfu = values("achieved_tflops"), values("mfu")
+    if mfu or any(shows_tflops(value, None) for value in achieved):
+        return set()
+    return {f"{PERF_PREFIX}achieved_tflops", f"{PERF_PREFIX}mfu"}
 
 
 def _chosen(panel: Panel, patterns) -> bool:
@@ -119,6 +150,8 @@ def choose_panels(histories: list, scores: dict, metrics=None) -> Panels:
     included, in the main figure).
     """
     names = sorted({name for history in histories for name in history})
+    if not metrics:
+        names = [name for name in names if name not in _flops_noise(histories)]
     grouped = _grouped_lrs(names)
     in_groups = {name for members in grouped.values() for name, _ in members}
     panels = _merged([n for n in names if n not in in_groups], histories)

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Optional
 
 from gatle_ignite.callbacks.backends.csv import FILE_NAME
-from gatle_ignite.callbacks.perf_line import PERF_PREFIX, duration, rate
+from gatle_ignite.callbacks.perf_line import PERF_PREFIX, duration, rate, shows_tflops
 from gatle_ignite.trainer.telemetry.threads import usable_cores
 
 __all__ = [
@@ -140,7 +140,7 @@ def time_breakdown_rows(cfg, save_dir: Path, since: float, seconds: float) -> li
     if memory:
         speed.append(f"peak memory {max(memory):,.0f} MB")
     tflops, mfu = _weighted(records, "achieved_tflops"), _weighted(records, "mfu")
-    if tflops is not None:
+    if shows_tflops(tflops, mfu):
         speed.append(f"{tflops:.3g} TFLOP/s" + (f", MFU {mfu:.1%}" if mfu is not None else ""))
     if speed:
         rows.append(("speed", " | ".join(speed)))
