@@ -294,3 +294,26 @@ def test_subprocess_eval_with_two_configs(tmp_path):
     result = _run_cli("eval", "--config=a.py,b.py", cwd=tmp_path)
     assert result.returncode == 2
     assert result.stderr.count("eval takes one --config") == 1
+
+
+def test_status_help_names_every_exit_code_status_returns(tmp_path, capsys):
+    from gatle_ignite.cli import status
+    from gatle_ignite.trainer.lifecycle import EXIT_DIVERGED
+    from gatle_ignite.trainer.preemption import EXIT_PREEMPTED
+
+    with pytest.raises(SystemExit) as done:
+        main(["status", "--help"])
+    assert done.value.code == 0
+    shown = " ".join(capsys.readouterr().out.split())
+    codes = [
+        (status.EXIT_FINISHED, "finished"),
+        (EXIT_PREEMPTED, "resumable"),
+        (status.EXIT_FAILED, "failed"),
+        (EXIT_DIVERGED, "diverged"),
+        (status.EXIT_RUNNING, "training now"),
+        (2, "not a run"),
+    ]
+    for code, meaning in codes:
+        assert f"{code} {meaning}" in shown
+    # A directory that holds no run: the config error's 2, as the help says.
+    assert main(["status", str(tmp_path)]) == 2

@@ -84,6 +84,11 @@ MISTAKES = {
         ["score_name=valid/accuracy"],
         ["cfg.score_name = 'valid/accuracy'", "Did you mean 'valid/acc'?"],
     ),
+    "score name without its engine": (
+        {},
+        ["score_name=acc"],
+        ["cfg.score_name = 'acc'", "Did you mean 'valid/acc'?"],
+    ),
     "optimizer keyword": (
         {},
         ["optimizer_params.lrr=1e-3"],
@@ -140,6 +145,16 @@ MISTAKES = {
         },
         [],
         ["val_metrics.acc.params.is_multilable:", "Did you mean 'is_multilabel'?"],
+    ),
+    "built-in loss keyword": (
+        {"criterion_name": BUILTIN_CE, "criterion_params": {"ignore_indx": 3}},
+        [],
+        [
+            "criterion_params.ignore_indx:",
+            "Did you mean 'ignore_index'?",
+            # torch's deprecated size_average and reduce are not offered.
+            "Its keywords: ignore_index, label_smoothing, reduction, src_name, tgt_name, weight.",
+        ],
     ),
     "loss metric keyword reaching its loss": (
         {"val_metrics": _loss_metric(ignore_indx=-1)},

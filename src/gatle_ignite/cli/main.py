@@ -13,7 +13,7 @@ from gatle_ignite import __version__
 from gatle_ignite.dispatch import ConfigError, report_config_error
 from gatle_ignite.utils.warning_lines import show_framework_warnings_plainly
 
-__all__ = ["DRY_RUN_HINT", "build_parser", "main", "report_config_error"]
+__all__ = ["DRY_RUN_HINT", "STATUS_EXITS", "build_parser", "main", "report_config_error"]
 
 # Heavy modules (torch, ignite, the config checks) are imported inside the commands, so
 # `--version`, `--help` and argument errors answer at once.
@@ -215,8 +215,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_checkpoint_arg(evaluate)
 
     status = commands.add_parser(
-        "status",
-        help="show a run directory's state; exit 0 finished, 75 resumable, 1 failed, 65 diverged",
+        "status", help=f"show a run directory's state; {STATUS_EXITS}", description=STATUS_EXITS
     )
     status.add_argument("save_dir", help="the run's save_dir")
 
@@ -245,6 +244,12 @@ def build_parser() -> argparse.ArgumentParser:
     add_sweep_parser(commands)
     return parser
 
+
+# status's exit codes, as gatle_ignite.cli.status returns them (a job script acts on them).
+STATUS_EXITS = (
+    "exit 0 finished, 75 resumable, 1 failed, 65 diverged, 3 training now, 2 not a run "
+    "(a config error)"
+)
 
 # config's last line when the configs pass: what it checked, and what is the dry run's.
 DRY_RUN_HINT = (

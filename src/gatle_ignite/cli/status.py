@@ -4,7 +4,7 @@ The exit code is for job scripts: 0 the run is finished (completed, stopped earl
 75 it can be continued with ``resume=True`` (preempted, killed without a word, or its
 ``run.json`` damaged, which a resume rebuilds), 1 it failed, 65 it diverged (the code
 ``gatle-ignite train`` exited with: resumed as it is, it diverges again), 3 a live process is
-training it now.
+training it now, 2 (a config error) it holds no run.
 """
 
 from typing import Optional

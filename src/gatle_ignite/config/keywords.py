@@ -25,6 +25,9 @@ _METRIC_FIELDS = ("train_metrics", "val_metrics", "tester_metrics")
 _COMPOSITE = "gatle_ignite.losses.composite"
 _LOSS_METRIC = "gatle_ignite.metrics.loss"
 
+# Keywords torch still takes and has deprecated: the listed choices leave them out.
+_DEPRECATED = frozenset({"size_average", "reduce"})
+
 _BY_POSITION = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
 _BY_KEYWORD = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
 
@@ -116,6 +119,8 @@ def _call_problems(call: _Call) -> list:
 
 
 def _unknown_keyword(call: _Call, where: str, key: str, names: set) -> str:
+    # Taken still, but never offered: torch's losses deprecate them for `reduction`.
+    names = names - _DEPRECATED
     meant = closest(str(key), names, HINT_CUTOFF)
     hint = f" Did you mean {meant!r}?" if meant else ""
     return (

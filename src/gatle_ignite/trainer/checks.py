@@ -189,7 +189,9 @@ def score_refusal(spec, score_name: str, names) -> Optional[str]:
     """What is wrong with ``score_name`` when ``spec``'s engine produces only ``names``."""
     if score_name in names:
         return None
-    meant = difflib.get_close_matches(score_name, sorted(names), n=1, cutoff=_NEAR_NAME)
+    # A metric's own name (acc) is meant as its full key (valid/acc).
+    meant = [name for name in sorted(names) if name.partition("/")[2] == score_name]
+    meant = meant or difflib.get_close_matches(score_name, sorted(names), n=1, cutoff=_NEAR_NAME)
     hint = f" Did you mean {meant[0]!r}?" if meant else ""
     return (
         f"cfg.{spec.score_field} = {score_name!r}, but the '{spec.key}' engine produces "
