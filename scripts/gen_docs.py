@@ -276,11 +276,13 @@ def _config_of(example, csv_name) -> str:
 def _score(example, csv_name) -> dict:
     """``{score name: its direction in words}`` of the config the history was recorded with."""
     from gatle_ignite.config.loader import load_config_from_file
+    from gatle_ignite.config.validate import validate_config
     from gatle_ignite.experiments.runs import direction_words
 
     if str(ROOT) not in sys.path:
         sys.path.insert(0, str(ROOT))  # the configs name the examples' modules
-    cfg = load_config_from_file(ROOT / _config_of(example, csv_name))
+    # Validated, as train reads it: score_mode = "min" sets the factor the direction comes from.
+    cfg = validate_config(load_config_from_file(ROOT / _config_of(example, csv_name)))
     name = cfg.get("score_name", None)
     return {name: direction_words(cfg.get("score_factor", 1))} if name else {}
 
