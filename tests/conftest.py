@@ -34,6 +34,19 @@ def child_env(**extra) -> dict:
     return env
 
 
+def run_gatle(*args, timeout: int = 300) -> subprocess.CompletedProcess:
+    """``python -m gatle_ignite ARGS`` in a child process from the source root, its output
+    captured as text."""
+    return subprocess.run(
+        [sys.executable, "-m", "gatle_ignite", *args],
+        cwd=ROOT,
+        env=child_env(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
 # What a capped child may map: the interpreter, torch and a command's own work, far below what a
 # command that trusts a hostile file would ask for.
 CAPPED_BYTES = 6 << 30

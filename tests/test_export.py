@@ -542,16 +542,21 @@ def _images(width: int) -> dict:
     return {"pixel_values": torch.randn(3, 1, 2, width, generator=torch.Generator().manual_seed(0))}
 
 
-def test_the_pt2_range_is_where_its_guards_take_the_size_and_matches_what_it_runs(tmp_path, capsys):
+def _conv_exported(tmp_path, capsys, fmt: str) -> tuple:
+    """The conv task exported with its width dynamic: ``(stdout, card, its model, out)``."""
     config, save_dir = _conv_task(tmp_path)
     out = tmp_path / "exported"
+    stdout, card = _exported(capsys, config, fmt, out, "--dynamic", "pixel_values=3")
+    return stdout, card, _best_model("tests.toy.conv_model", {}, save_dir), out
+
+
+def test_the_pt2_range_is_where_its_guards_take_the_size_and_matches_what_it_runs(tmp_path, capsys):
     # Stride 4: an image 4 wide or less pools a map 1 wide, which the program's guards refuse.
-    stdout, card = _exported(capsys, config, "pt2", out, "--dynamic", "pixel_values=3")
+    stdout, card, model, out = _conv_exported(tmp_path, capsys, "pt2")
     assert "DYNAMIC: pixel_values dim 3: traced at 8, takes 5 and up (named by --dynamic)" in stdout
     assert "REFUSED: pixel_values dim 3 at 4 and below: the program's Guard failed:" in stdout
     assert "CHECKED model.pt2 on pixel_values dim 3 at 16, a batch of 16: every output" in stdout
     assert "`pixel_values` dim 3, 5 and up; its guards refuse 4 and below (Guard failed:" in card
-    model = _best_model("tests.toy.conv_model", {}, save_dir)
     program = torch.export.load(out / "model.pt2").module()
     # What the card says, for real: every width under 5 refused, every one from 5 computed.
     for width in range(1, 21):
@@ -565,9 +570,7 @@ def test_the_pt2_range_is_where_its_guards_take_the_size_and_matches_what_it_run
 
 
 def test_an_onnx_card_states_the_sizes_checked_and_no_pt2_guard(tmp_path, capsys):
-    config, save_dir = _conv_task(tmp_path)
-    out = tmp_path / "exported"
-    stdout, card = _exported(capsys, config, "onnx", out, "--dynamic", "pixel_values=3")
+    stdout, card, model, out = _conv_exported(tmp_path, capsys, "onnx")
     assert "DYNAMIC: pixel_values dim 3: traced at 8, checked at 1, 8 and 16 (named by " in stdout
     assert "CHECKED model.onnx on pixel_values dim 3 at 1, a batch of 16: every output" in stdout
     assert "Guard" not in card and "refuse" not in card
@@ -575,7 +578,6 @@ def test_an_onnx_card_states_the_sizes_checked_and_no_pt2_guard(tmp_path, capsys
         "`pixel_values` dim 3, checked at 1, 8 and 16; the graph checks no sizes, others are "
         "untested |" in card
     )
-    model = _best_model("tests.toy.conv_model", {}, save_dir)
     # The graph keeps no guard: the widths the pt2 program refuses run, and are right.
     for width in (1, 2, 4, 7):
         inputs = _images(width)

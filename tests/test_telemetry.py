@@ -18,7 +18,7 @@ from gatle_ignite.trainer.telemetry import epochs, flops
 from gatle_ignite.trainer.telemetry.devices import peak_tflops_of
 from gatle_ignite.trainer.telemetry.threads import oversubscription, usable_cores
 from gatle_ignite.utils.checkpoints import find_latest_checkpoint
-from tests.conftest import ROOT, child_env
+from tests.conftest import ROOT, child_env, run_gatle
 from tests.toy.config_file import write_toy_config
 from tests.toy.trainer import Trainer
 
@@ -186,14 +186,7 @@ def test_a_config_mistake_in_the_counting_step_is_the_one_error_no_warning_befor
         save_dir=str(tmp_path / "run"),
         main_runner=f"tests.toy.bad_trainers.{runner}",
     )
-    done = subprocess.run(
-        [sys.executable, "-m", "gatle_ignite", "train", f"--config={config}"],
-        cwd=ROOT,
-        env=child_env(),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    done = run_gatle("train", f"--config={config}")
     assert done.returncode == 2, done.stderr
     assert "FLOPs not counted" not in done.stderr and "unaffected" not in done.stderr
     assert done.stderr.count(phrase) == 1
