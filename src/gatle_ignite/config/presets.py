@@ -57,20 +57,19 @@ def settle(cfg) -> None:
     returned) and keep on it those the config left at their preset."""
     if not isinstance(cfg, config_dict.ConfigDict):
         return
-    left = set()
-    for name in WATCHED:
-        if name not in cfg:
-            continue
-        reference = cfg.get_ref(name)
-        if not isinstance(reference, _Noting):
-            return  # built otherwise: which were set cannot be told
-        if not reference.assigned:
-            left.add(name)
-        value = reference.get()
+    fields = dict(cfg.items(preserve_field_references=True))
+    references = {name: fields[name] for name in WATCHED if name in fields}
+    if not all(isinstance(ref, _Noting) for ref in references.values()):
+        return  # built otherwise: which were set cannot be told
+    try:
         # ml_collections lists fields in sorted order: taking one out and back moves nothing.
         with cfg.unlocked():
-            del cfg[name]
-            cfg[name] = value
+            for name, reference in references.items():
+                del cfg[name]
+                cfg[name] = reference.get()
+    except (AttributeError, KeyError, TypeError, ValueError):
+        return  # a config that refuses changes (frozen) keeps its references
+    left = {name for name, reference in references.items() if not reference.assigned}
     object.__setattr__(cfg, _LEFT, left)
 
 

@@ -14,6 +14,7 @@ import torch
 from ignite.metrics import Loss, Metric
 
 from gatle_ignite.dispatch import call_with_params, import_entrypoint
+from gatle_ignite.losses.reading import current_field
 from gatle_ignite.utils.batch import named_outputs
 
 __all__ = ["DEFAULT_LOSS", "get_metric", "samples_in"]
@@ -51,7 +52,7 @@ def get_metric(
     **loss_params: Any,
 ) -> Metric:
     """ignite's ``Loss`` over ``Loss(**loss_params)`` of the module ``loss_name``."""
-    field = f"{engine_type}_metrics.<name>.params"
+    field = current_field(f"{engine_type}_metrics.<name>.params")
     loss_cls = import_entrypoint(loss_name, "Loss", field=f"{field}.loss_name")
     module = call_with_params(loss_cls, loss_params, field).to(idist.device())
 
