@@ -14,12 +14,12 @@ from pathlib import Path
 
 import torch
 
-import gatle_ignite
 from gatle_ignite.dispatch import ConfigError
 
 __all__ = ["exporter_reason", "failed_at", "quiet_exporter"]
 
-_LIBRARY_DIRS = tuple(str(Path(module.__file__).parent) for module in (torch, gatle_ignite))
+# torch's folder and this package's (the folder above export/).
+_LIBRARY_DIRS = (str(Path(torch.__file__).parent), str(Path(__file__).parents[1]))
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _DATA_DEPENDENT = ("data-dependent", "DataDependent")
 

@@ -21,7 +21,6 @@ from gatle_ignite.optimizers.grouping import param_group_names
 from gatle_ignite.run.directory import RunDirectory
 from gatle_ignite.schedulers import attach_scheduler, prep_scheduler
 from gatle_ignite.specs import EVAL_SPECS, TRAIN_SPEC
-from gatle_ignite.sweep.pruning import attach_trial
 from gatle_ignite.trainer.checkpointing import (
     attach_checkpoint_writes,
     attach_checkpoints,
@@ -115,8 +114,9 @@ class BaseTrainer:
         self._checkpoints_for = None
         self._nan_check = None
         self._preemption = None
-        # The report to a sweep's study when this run is one of its trials (sweep.pruning).
-        self._sweep_trial = None
+        # (state, reason) for run.json when a handler attached from outside (a sweep's pruning)
+        # ended the run.
+        self._stopped_from_outside = None
         # The queue of background checkpoint writes (async_save), or None.
         self._writes = None
         # Where the run's time goes (the perf/ records): fit() attaches it; the checkpoint
@@ -441,7 +441,6 @@ class BaseTrainer:
         # First at an epoch's end, so its training time stops before anything else runs.
         self._telemetry.attach_clocks(self.engines)
         self.attach_runner()
-        self._sweep_trial = attach_trial(self)
         trainer = self.engines["trainer"]
         # After the eval runners, so "latest" holds what that epoch's evaluation changed.
         attach_checkpoint_writes(self)

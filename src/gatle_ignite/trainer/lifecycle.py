@@ -56,9 +56,8 @@ def outcome(trainer) -> tuple:
         return "diverged", f"non-finite loss at iteration {check.first_bad}"
     if trainer._diverged:
         return "diverged", f"non-finite score at epoch {state.epoch}"
-    trial = getattr(trainer, "_sweep_trial", None)
-    if trial is not None and trial.pruned:
-        return "pruned", trial.reason
+    if trainer._stopped_from_outside is not None:
+        return trainer._stopped_from_outside
     for stopper in trainer._early_stoppers.values():
         if stopper.stopped:
             return "early-stopped", stopper.reason()
