@@ -53,11 +53,12 @@ class AlternatingTrainer(BenchTrainer):
     pieces = ()
     bare = ()  # the pieces replaced in the current epoch
 
-    def _prepare_fit(self):
+    def attach_progress(self):
         import torch
         from ignite.engine import Events
 
-        data = super()._prepare_fit()
+        # The last of fit()'s attachments: every handler of the run is in place.
+        super().attach_progress()
         trainer = self.engines["trainer"]
         handlers = trainer._event_handlers[Events.ITERATION_COMPLETED]
         full = list(handlers)
@@ -94,7 +95,6 @@ class AlternatingTrainer(BenchTrainer):
         for event, handler in ((Events.EPOCH_STARTED, start), (Events.EPOCH_COMPLETED, stop)):
             trainer.add_event_handler(event, handler)
             trainer._event_handlers[event].insert(0, trainer._event_handlers[event].pop())
-        return data
 
     def train_step(self, engine, batch, split="train"):
         if "step" not in self.bare:

@@ -15,6 +15,7 @@ from ignite.engine import Events
 
 from gatle_ignite.callbacks.run_record import write_config_json
 from gatle_ignite.dispatch import ConfigError, import_entrypoint
+from gatle_ignite.run.filesystem import holds_files
 from gatle_ignite.utils.dist import rank_zero_print
 from gatle_ignite.utils.train_command import under_train_command
 
@@ -26,6 +27,7 @@ __all__ = [
     "check_extra_installed",
     "import_extra",
     "log_cadence",
+    "tell",
 ]
 
 # The 0.4 names first; each optional one is also the name of the extra that installs it.
@@ -86,6 +88,14 @@ def log_cadence(cfg, epoch_length: Optional[int]) -> int:
     if not epoch_length:
         return _DEFAULT_LOG_EVERY
     return min(_DEFAULT_LOG_EVERY, max(epoch_length // _POINTS_PER_EPOCH, 1))
+
+
+def tell(logger, method: str, *args, **kwargs) -> None:
+    """Call ``logger.<method>`` if it has one: a task's own logger object (or a test's spy) may
+    have only some of 0.4's protocol, and none of the newer methods."""
+    call = getattr(logger, method, None)
+    if call is not None:
+        call(*args, **kwargs)
 
 
 def _missing_extra(backend: str, reason: str) -> ConfigError:
@@ -200,6 +210,18 @@ class LoggingCallback:
             self.finish(failed=True)
             raise
         return self
+
+    def start_in(self, run_dir) -> None:
+        """Start the sinks for the run ``run_dir`` holds (None: fit() has opened no run yet).
+
+        A save_dir holding files is fit()'s to resume, replace or refuse, so until fit() has
+        opened its run the sinks, which would write there, wait; a second call starts them.
+        """
+        if self.started:
+            return
+        opened = run_dir is not None and run_dir.is_open
+        if opened or not holds_files(self.cfg.get("save_dir")):
+            self.start(keep_files=run_dir is None or run_dir.keeps_files)
 
     def _implied(self, keep_files: bool) -> list:
         named = set(self.cfg.logger_name)

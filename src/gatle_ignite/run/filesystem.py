@@ -19,6 +19,7 @@ from gatle_ignite.run.layout import staging_path
 
 __all__ = [
     "confined",
+    "holds_files",
     "open_confined",
     "remove_quietly",
     "save_dir_error",
@@ -42,6 +43,11 @@ _WHY = {
     errno.ELOOP: "its path goes round a loop of symbolic links",
 }
 _SPACE = (errno.ENOSPC, errno.EDQUOT)
+
+
+def holds_files(save_dir) -> bool:
+    """Whether ``save_dir`` is set and holds anything: a run a sink could overwrite."""
+    return bool(save_dir) and os.path.isdir(save_dir) and bool(os.listdir(save_dir))
 
 
 def confined(path) -> Path:

@@ -128,6 +128,18 @@ class NonFiniteCheck:
         self._listeners = []
         self._read_pairs = []
 
+    @classmethod
+    def for_run(cls, cfg, device, epoch_length: Optional[int], on_stop) -> "NonFiniteCheck":
+        """The check a training run of ``cfg`` makes: every ``check_every`` steps, and first
+        wherever something is saved or shown; every rank agrees, a preemption request too."""
+        return cls(
+            every=check_every(cfg, device),
+            also_at=forced_check_cadences(cfg, epoch_length),
+            world_size=idist.get_world_size(),
+            preemption=PREEMPTION,
+            on_stop=on_stop,
+        )
+
     @property
     def checked_through(self) -> int:
         return self._checked_at
