@@ -1,7 +1,9 @@
 """Shared fixtures: a tiny task config, and the repository root on sys.path."""
 
 import os
+import resource
 import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -30,6 +32,30 @@ def child_env(**extra) -> dict:
     env["PYTHONUNBUFFERED"] = "1"
     env.update(extra)
     return env
+
+
+# What a capped child may map: the interpreter, torch and a command's own work, far below what a
+# command that trusts a hostile file would ask for.
+CAPPED_BYTES = 6 << 30
+
+
+def run_capped(argv: list) -> subprocess.CompletedProcess:
+    """``argv`` in a child process with its address space capped and its time bounded (a hang
+    guard, not a speed target): for a command that, broken, would take the machine's memory or
+    wait forever. Its output is captured as text."""
+
+    def cap_memory():
+        resource.setrlimit(resource.RLIMIT_AS, (CAPPED_BYTES, CAPPED_BYTES))
+
+    return subprocess.run(
+        argv,
+        cwd=ROOT,
+        env=child_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        preexec_fn=cap_memory,
+    )
 
 
 @pytest.fixture

@@ -98,7 +98,7 @@ LAYERS = (
     ("gatle_ignite.config.preflight", "gatle_ignite.export"),
     ("gatle_ignite.trainer",),  # BaseTrainer and the handlers it attaches
     ("gatle_ignite.config",),  # loading, overrides and the checks of the config's values
-    # The parts a config names, and the telemetry the config's profile field switches.
+    # The parts a config names, and the profiler its `profile` field schedules.
     (
         "gatle_ignite.callbacks",
         "gatle_ignite.enhancements",
@@ -106,11 +106,20 @@ LAYERS = (
         "gatle_ignite.metrics",
         "gatle_ignite.optimizers",
         "gatle_ignite.schedulers",
-        "gatle_ignite.trainer.telemetry",
+        "gatle_ignite.trainer.telemetry.profiler",
     ),
     ("gatle_ignite.run",),  # the save_dir: the only code that knows its file names
-    ("gatle_ignite.config.base", "gatle_ignite.data", "gatle_ignite.specs", "gatle_ignite.utils"),
-    ("gatle_ignite._version", "gatle_ignite.dispatch", "gatle_ignite.redaction"),
+    # What any module may use: the defaults, data loaders, specs, dotted-path dispatch, what is
+    # secret, and small helpers.
+    (
+        "gatle_ignite._version",
+        "gatle_ignite.config.base",
+        "gatle_ignite.data",
+        "gatle_ignite.dispatch",
+        "gatle_ignite.redaction",
+        "gatle_ignite.specs",
+        "gatle_ignite.utils",
+    ),
 )
 # 0.4's import paths of names that live elsewhere now (CONTRACT 13.2).
 OLD_PATHS = (

@@ -76,6 +76,8 @@ def test_two_processes_train_the_synthetic_task(tmp_path):
             "--override=main_runner='tests.toy.dist_trainer'",
             # Per-iteration points too rare to read the loss for the progress lines.
             "--override=log_every=100",
+            # Every progress line, off a terminal too.
+            "--override=progress_seconds=0",
             *GLOO,
         )
     )

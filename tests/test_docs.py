@@ -2,6 +2,7 @@
 
 import importlib.util
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -68,11 +69,59 @@ def test_every_example_has_a_page_and_recorded_curves():
     for example in EXAMPLES:
         page = DOCS / "examples" / f"{example}.md"
         assert page.is_file(), f"no documentation page for examples/{example}"
-        assert f"gatle:example {example}" in page.read_text(encoding="utf-8")
+        assert f"<!-- gatle:begin example {example} -->" in page.read_text(encoding="utf-8")
         data = DOCS / "data" / example / "metrics.csv"
         assert data.is_file(), f"no training curves recorded for {example}: {data}"
         header = data.read_text(encoding="utf-8").splitlines()[0]
         assert header == "wall_time,epoch,step,name,value"
+        assert (DOCS / "assets" / "curves" / example / "metrics.png").is_file()
+
+
+def _generator():
+    spec = importlib.util.spec_from_file_location("gen_docs", ROOT / "scripts" / "gen_docs.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_generated_sections_in_the_pages_are_current():
+    """The pages hold their generated sections themselves; each must be what the code
+    generates now."""
+    stale = [str(path.relative_to(ROOT)) for path in _generator().stale()]
+    assert not stale, (
+        f"generated sections are stale in {stale}: run `python scripts/gen_docs.py` and commit "
+        f"what it writes"
+    )
+
+
+def test_the_pages_read_as_files_with_no_marker_left_to_fill():
+    generator = _generator()
+    pages = generator.pages()
+    assert DOCS / "reference" / "config.md" in pages and DOCS / "examples" / "digits.md" in pages
+    for path in pages:
+        text = path.read_text(encoding="utf-8")
+        assert not generator._BARE.search(text), f"{path}: a marker no section was written for"
+    config = (DOCS / "reference" / "config.md").read_text(encoding="utf-8")
+    for field in sorted(_config_fields()):
+        assert f"| `{field}` |" in config, f"{field} is missing from docs/reference/config.md"
+    # Every image a page shows is a file beside it.
+    for path in pages:
+        for image in re.findall(r"!\[[^\]]*\]\(([^)]+\.png)\)", path.read_text(encoding="utf-8")):
+            assert (path.parent / image).resolve().is_file(), f"{path}: {image} does not exist"
+
+
+def test_a_stale_or_unfilled_section_is_found():
+    """The negative control: a section edited by hand, or a marker not yet written out, is
+    not what the generator writes."""
+    generator = _generator()
+    text = (DOCS / "reference" / "config.md").read_text(encoding="utf-8")
+    assert generator.regenerated(text) == text
+    edited = text.replace("| `max_epochs` |", "| `max_epoch` |", 1)
+    assert edited != text and generator.regenerated(edited) != edited
+    bare = "# Data\n\n<!-- gatle:ds-params -->\n"
+    filled = generator.regenerated(bare)
+    assert filled.startswith("# Data\n\n<!-- gatle:begin ds-params -->\n\n| Key | Meaning |")
+    assert generator.regenerated(filled) == filled
 
 
 BUILTIN_PACKAGES = (("gatle_ignite.losses", "Loss"), ("gatle_ignite.metrics", "get_metric"))

@@ -6,6 +6,7 @@ import re
 import shlex
 import subprocess
 import sys
+import traceback
 
 import pytest
 
@@ -67,6 +68,82 @@ def test_a_model_refusing_the_model_input_keys_is_one_clear_error(tmp_path, trai
     _refused_before_training(
         train(config), "does not accept the model_input keys ['inputs']", "forward(x)"
     )
+
+
+HF_IMAGE = {"model_name": "tests.toy.hf_image_model"}
+
+
+def test_a_model_input_key_a_pass_through_forward_refuses_is_one_clear_error(tmp_path, train):
+    # forward(**inputs) takes `inputs`; the model it passes them to refuses the keyword.
+    model = {"model_name": "tests.toy.kwargs_model"}
+    _refused_before_training(
+        train(_config(tmp_path, "tests.toy.bad_trainers.wrong_keys", **model)),
+        "does not accept the model_input keys ['inputs'] that prep_batch (",
+        "tests/toy/bad_trainers/wrong_keys.py:7) returned",
+        "got an unexpected keyword argument 'inputs'",
+        "tests.toy.kwargs_model.Model.forward names []; not ['inputs'].",
+    )
+
+
+@pytest.mark.skipif(sys.version_info < (3, 11), reason="exception notes are Python 3.11's")
+def test_a_model_input_key_a_transformers_model_takes_unnamed_is_noted_on_its_error(
+    tmp_path, train
+):
+    pytest.importorskip("transformers")
+    # forward(pixel_values=None, ..., **kwargs) takes `img` unnamed, then fails on its own:
+    # its error stands, with the keys and the parameters beside it.
+    config = _config(tmp_path, "tests.toy.bad_trainers.image_key", **HF_IMAGE)
+    printed = _raised(lambda: train(config))
+    assert "AttributeError: 'NoneType' object has no attribute 'shape'" in printed
+    assert (
+        "Of the model_input keys ['img'] that prep_batch (" in printed
+        and "tests/toy/image_trainer.py:10) returned, transformers.models.resnet.modeling_resnet."
+        "ResNetForImageClassification.forward names ['pixel_values', 'labels', "
+        "'output_hidden_states', 'return_dict']; not ['img'], which its **kwargs took."
+        in printed
+    )
+
+
+def _raised(call) -> str:
+    """The traceback Python prints for what ``call`` raises, its notes included."""
+    with pytest.raises(Exception) as info:
+        call()
+    return "".join(traceback.format_exception(info.value))
+
+
+@pytest.mark.skipif(sys.version_info < (3, 11), reason="exception notes are Python 3.11's")
+def test_an_error_raised_inside_a_library_names_the_config_field_that_built_the_model(
+    tmp_path, train
+):
+    pytest.importorskip("transformers")
+    # Three channels for the toy's one-channel images: transformers' own check refuses them.
+    fields = {**HF_IMAGE, "model_params": {"num_channels": 3, "embedding_size": 8}}
+    config = _config(tmp_path, "tests.toy.image_trainer", **fields)
+    printed = _raised(lambda: train(config))
+    assert "ValueError: Make sure that the channel dimension of the pixel values match" in printed
+    assert (
+        "ValueError raised inside transformers (transformers/models/resnet/modeling_resnet.py:"
+        in printed
+    )
+    assert (
+        "in the model built from model_name = 'tests.toy.hf_image_model' and model_params = "
+        "{embedding_size=8, num_channels=3}." in printed
+    )
+    assert "The message speaks of model_params.num_channels: check its value." in printed
+    assert "model_input: pixel_values float32[16, 1, 2, 4]" in printed
+
+
+@pytest.mark.skipif(sys.version_info < (3, 11), reason="exception notes are Python 3.11's")
+def test_an_error_raised_inside_a_library_building_the_model_names_the_field(tmp_path, train):
+    pytest.importorskip("transformers")
+    fields = {**HF_IMAGE, "model_params": {"hidden_act": "rleu"}}
+    printed = _raised(lambda: train(_config(tmp_path, "tests.toy.image_trainer", **fields)))
+    assert "raised inside transformers (transformers/" in printed
+    assert (
+        "while building tests.toy.hf_image_model.Model(**model_params) from model_params = "
+        "{hidden_act='rleu'}." in printed
+    )
+    assert "The message speaks of model_params.hidden_act" in printed
 
 
 BARE_OUTPUT = {"model_name": "tests.toy.tensor_model"}

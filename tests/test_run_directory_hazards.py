@@ -282,13 +282,13 @@ def test_accept_changes_naming_a_typo_or_an_unchanged_field_is_refused(tmp_path,
 # ---- a file rotated out between listing and reading ----
 
 
-@pytest.mark.parametrize("reader", ["load_checkpoint_file", "read_progress"])
+@pytest.mark.parametrize("reader", ["load_checkpoint_file", "read_origin"])
 def test_a_checkpoint_rotated_out_under_eval_is_not_there(tmp_path, cli, monkeypatch, reader):
     config = _config(tmp_path, n_saved=None)
     assert cli("train", config)[0] == 0
     run = tmp_path / "toy"
     newest = run / "latest_epoch_checkpoint_2.pt"
-    if reader == "read_progress":
+    if reader == "read_origin":
         # Written after eval read the index: a file eval adopts from the listing.
         manifest = _manifest(run)
         manifest["checkpoints"] = [e for e in manifest["checkpoints"] if e["file"] != newest.name]

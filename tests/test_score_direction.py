@@ -89,14 +89,14 @@ def test_runs_shows_the_metrics_value_and_says_lower_is_better(runs, capsys):
     ]
     assert main(["runs", str(runs["mode"][0].parent)]) == 0
     first = capsys.readouterr().out.splitlines()[0]
-    assert first == "2 run(s), the best valid/loss (lower is better) first"
+    assert first == "2 run(s) scored by valid/loss (lower is better), the best first"
 
 
 def test_plot_says_lower_is_better_on_the_score_panel_only(runs, tmp_path):
     figure = plot_runs([runs["mode"][0]], tmp_path / "curves.png")
     titles = [ax.get_title() for ax in figure.axes]
-    assert "valid/loss (lower is better)" in titles
-    assert [t for t in titles if "lower is better" in t] == ["valid/loss (lower is better)"]
+    assert titles[0] == "valid/loss (score, lower is better)"
+    assert [t for t in titles if "lower is better" in t] == [titles[0]]
 
 
 def test_a_higher_is_better_score_says_nothing_of_the_sort(tmp_path, capsys):

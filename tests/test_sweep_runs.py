@@ -157,7 +157,8 @@ def test_a_sweep_finishes_n_trials_each_a_run_of_its_parameters(tmp_path):
     # `runs` over the sweep: one row per trial, the best first, its score the study's best.
     table = _run([sys.executable, "-m", "gatle_ignite", "runs", str(sweep_dir), "--csv"])
     rows = list(csv.DictReader(io.StringIO(table)))
-    assert len(rows) == 3 and rows[0]["run"] == f"trial {best.number}"
+    # A trial is named with its sweep: the study, named after the sweep's directory.
+    assert len(rows) == 3 and rows[0]["run"] == f"sweep/trial {best.number}"
     assert float(rows[0]["score"]) == pytest.approx(best.value, abs=1e-4)
 
     # The same command asking for one more trial runs only that one.

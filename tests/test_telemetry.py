@@ -237,7 +237,9 @@ def test_the_summary_counts_the_command_from_its_process_start(tmp_path):
         timeout=300,
     )
     assert done.returncode == 0, done.stderr
-    headline = next(line for line in done.stdout.splitlines() if line.startswith("RUN "))
+    headline = next(
+        line for line in done.stdout.splitlines() if line.startswith("TRAINING COMPLETE after ")
+    )
     assert float(headline.split(", ")[-1].split(" s in this command")[0]) >= 8
     [rest] = [p for p in done.stdout.split(", ") if p.startswith("the rest ")]
     assert float(rest.split()[2]) >= 8

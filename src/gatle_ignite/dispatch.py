@@ -7,6 +7,7 @@ import importlib.util
 import inspect
 import os
 import pkgutil
+import re
 import sys
 from pathlib import Path
 from typing import Optional
@@ -29,10 +30,14 @@ class ConfigError(Exception):
 def report_config_error(error: ConfigError) -> None:
     """Print ``config error: ...`` on stderr: the message and its fix, no traceback."""
     from gatle_ignite.redaction import redact_text  # ml_collections: not for `--version`
+    from gatle_ignite.utils.escapes import escaped
 
-    # The last line of defence: a message built anywhere may quote a URL with credentials.
+    # The last line of defence: a message built anywhere may quote a URL with credentials, or
+    # a name from a file someone else wrote with control characters in it.
     print(file=sys.stderr)
-    print(f"config error: {redact_text(str(error))}", file=sys.stderr, flush=True)
+    print(
+        f"config error: {escaped(redact_text(str(error)), lines=True)}", file=sys.stderr, flush=True
+    )
 
 
 # (label, entrypoint, contract, top-level fields check_dispatch resolves against the entrypoint)
@@ -139,8 +144,25 @@ def import_module_from_path(path, field=None):
                 f"could not import '{path}'{_origin(field)}: {error}\n{shadowed}"
             ) from error
         raise ConfigError(
-            f"could not import '{path}'{_origin(field)}: {error}\n  {_import_fix(path, error)}"
+            f"could not import '{path}'{_origin(field)}: {error}{_underlying(error)}\n"
+            f"  {_import_fix(path, error)}"
         ) from error
+
+
+def _underlying(error: BaseException) -> str:
+    """The first line of the error an import error was raised from, where it wraps one: a
+    library importing lazily (``transformers``) reports only that its import failed."""
+    inner, seen = error, {id(error)}
+    while True:
+        cause = inner.__cause__ or (None if inner.__suppress_context__ else inner.__context__)
+        if cause is None or id(cause) in seen:
+            break
+        inner = cause
+        seen.add(id(inner))
+    if inner is error:
+        return ""
+    first = next(iter(str(inner).splitlines()), "")
+    return f"\n  Underlying error: {type(inner).__name__}: {first}"
 
 
 def _import_fix(path: str, error: ImportError) -> str:
@@ -323,6 +345,7 @@ def call_with_params(entrypoint, params, field, *args):
     """
     params = dict(params or {})
     module = getattr(entrypoint, "__module__", None) or "?"
+    name = f"{module}.{getattr(entrypoint, '__qualname__', entrypoint)}"
     try:
         return entrypoint(*args, **params)
     except (TypeError, ValueError) as error:
@@ -330,12 +353,44 @@ def call_with_params(entrypoint, params, field, *args):
             fragment in str(error) for fragment in _SIGNATURE_MISMATCH
         )
         if not mismatch and not module.startswith("gatle_ignite."):
+            _note_library(error, field, params, f"while building {name}(**{field}) from")
             raise
-        name = f"{module}.{getattr(entrypoint, '__qualname__', entrypoint)}"
+        key = None if mismatch else _blamed_key(params, str(error))
+        if key is not None:
+            raise ParamsError(
+                f"{field}.{key}: {error}\n  {name} refuses it; fix cfg.{field}.{key}."
+            ) from error
         raise ParamsError(
             f"{field} not accepted by {name}: {error}\n"
             f"  Its parameters: {_signature_of(entrypoint)}; fix cfg.{field}."
         ) from error
+    except Exception as error:
+        _note_library(error, field, params, f"while building {name}(**{field}) from")
+        raise
+
+
+def _note_library(error: Exception, field: str, params: dict, built: str) -> None:
+    """Name the config field on an error raised inside a library the entrypoint called."""
+    from gatle_ignite.utils.frames import add_note, library_note
+
+    note = library_note(error, field, params, built)
+    if note is not None:
+        add_note(error, note)
+
+
+def _blamed_key(params: dict, message: str) -> Optional[str]:
+    """The one key whose value the message quotes (torch's ``Invalid learning rate: -0.001``
+    names lr), or None when no key's value, or more than one's, appears in it."""
+
+    def quoted(value) -> bool:
+        if isinstance(value, (list, tuple)):
+            return any(quoted(item) for item in value)
+        if isinstance(value, bool) or not isinstance(value, (int, float, str)) or value == "":
+            return False
+        return re.search(rf"(?<![\w.]){re.escape(str(value))}(?![\w.])", message) is not None
+
+    keys = [key for key, value in params.items() if quoted(value)]
+    return keys[0] if len(keys) == 1 else None
 
 
 def _signature_of(entrypoint) -> str:

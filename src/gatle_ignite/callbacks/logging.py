@@ -65,6 +65,16 @@ class Backend:
     def watch(self, model):
         pass
 
+    def name_lr_groups(self, names):
+        """The optimizer's param groups are named ``names``, in order: ``train/lr_<i>`` is the
+        learning rate of ``names[i]``. Called once, before anything is logged."""
+
+    def graph(self, model, inputs):
+        """Draw the model's graph: ``model(*inputs)`` runs the task's forward on the first
+        training batch (``inputs``, a tuple of tensors, is its ``model_input`` as
+        ``prep_batch`` made it). Called once, at a fresh run's first iteration, only for a
+        sink whose class overrides it; a failure here must not stop training."""
+
     def rewind(self, step):
         """The run resumed at ``step``: what was logged after it is trained and logged again,
         so a sink that keeps a history drops it rather than holding it twice."""
@@ -244,6 +254,27 @@ class LoggingCallback:
     def rewind(self, step) -> None:
         for sink in self.sinks:
             sink.rewind(step)
+
+    def name_lr_groups(self, names) -> None:
+        """Tell every sink the names of the optimizer's param groups (none: unnamed)."""
+        for sink in self.sinks if names else ():
+            # A sink of 0.4's protocol, not subclassing Backend, may lack it.
+            method = getattr(sink, "name_lr_groups", None)
+            if method is not None:
+                method(names)
+
+    def _drawing(self) -> list:
+        return [
+            s for s in self.sinks if getattr(type(s), "graph", Backend.graph) is not Backend.graph
+        ]
+
+    def wants_graph(self) -> bool:
+        """Whether a sink draws the model's graph, so the first batch is worth tracing."""
+        return bool(self._drawing())
+
+    def graph(self, model, inputs) -> None:
+        for sink in self._drawing():
+            sink.graph(model, inputs)
 
     def follow_losses(self, check) -> None:
         """Log each per-iteration point's loss, as ``check`` reads it, as ``train/loss``.

@@ -2,6 +2,7 @@
 
 import argparse
 import os
+import signal
 import sys
 import threading
 import time
@@ -26,14 +27,16 @@ usage forms:
   gatle-ignite eval --config=CFG.py [--ckpt best|latest|PATH] [--override KEY=VALUE]...
   gatle-ignite config --config=CFG.py[,CFG2.py...] [--dry-run] [--all] [--override KEY=VALUE]...
   gatle-ignite status SAVE_DIR
-  gatle-ignite runs DIR [DIR ...] [--csv] [--provenance]
+  gatle-ignite runs DIR [DIR ...] [--all] [--csv] [--provenance]
   gatle-ignite sweep --config=CFG.py --dir DIR --trials N --param KEY=SPACE... [--workers W]
   gatle-ignite predict --config=CFG.py --out FILE [--ckpt best|latest|PATH] [--split SPLIT]
                        [--with-targets]
   gatle-ignite export --config=CFG.py --format safetensors|pt2|onnx --out DIR
-                      [--ckpt best|latest|PATH] [--weights eval|raw] [--force]
+                      [--ckpt best|latest|PATH] [--weights eval|raw] [--dynamic KEY=DIM,...]
+                      [--force]
   gatle-ignite lr-find --config=CFG.py [--start-lr LR] [--end-lr LR] [--num-iter N] [--out PNG]
-  gatle-ignite plot DIR [DIR ...] --out FILE.png [--best K]
+  gatle-ignite plot DIR [DIR ...] --out FILE.png [--best K] [--metrics PATTERN...]
+                    [--x iteration|epoch|samples|tokens] [--perf]
   gatle-ignite consolidate SRC.dcp OUT.pt
 """
 
@@ -139,14 +142,40 @@ def _add_tool_parsers(commands) -> None:
         "--best", type=_positive, metavar="K", help="draw only the K runs with the best score"
     )
     plot.add_argument(
+        "--metrics",
+        nargs="+",
+        metavar="PATTERN",
+        help="draw only the metrics these shell patterns match ('valid/*', 'train/loss*')",
+    )
+    plot.add_argument(
+        "--x",
+        choices=("iteration", "epoch", "samples", "tokens"),
+        default="iteration",
+        help="the x axis: the global iteration (default), the epoch, or the samples or "
+        "tokens taken in, which puts runs of other batch sizes or world sizes on one axis",
+    )
+    plot.add_argument(
+        "--perf",
+        action="store_true",
+        help="also draw the perf/ metrics, in a figure of their own: <out>_perf.png",
+    )
+    plot.add_argument(
         "--storage",
         metavar="URL",
         help="a sweep's database URL with its credentials, which its record leaves out",
     )
 
-    runs = commands.add_parser("runs", help="compare runs: one line each, the best score first")
+    runs = commands.add_parser(
+        "runs", help="compare runs: one line each, the best score first, a table per score"
+    )
     runs.add_argument(
         "dirs", nargs="+", metavar="DIR", help="a run's save_dir, a folder of runs or a sweep"
+    )
+    runs.add_argument(
+        "--all",
+        action="store_true",
+        dest="everything",
+        help="every differing field by its dotted key, and the paths, whatever the width",
     )
     runs.add_argument("--csv", action="store_true", help="print CSV instead of a table")
     runs.add_argument(
@@ -375,11 +404,21 @@ def _run_command(args: argparse.Namespace) -> int:
     if args.command == "plot":
         from gatle_ignite.cli.plot import run_plot
 
-        return run_plot(args.run_dirs, args.out, best=args.best, storage=args.storage)
+        return run_plot(
+            args.run_dirs,
+            args.out,
+            best=args.best,
+            storage=args.storage,
+            metrics=args.metrics,
+            x=args.x,
+            perf=args.perf,
+        )
     if args.command == "runs":
         from gatle_ignite.cli.runs import run_runs
 
-        return run_runs(args.dirs, as_csv=args.csv, provenance=args.provenance)
+        return run_runs(
+            args.dirs, as_csv=args.csv, provenance=args.provenance, everything=args.everything
+        )
     if args.command == "sweep":
         from gatle_ignite.cli.sweep import run_sweep_command
 
@@ -411,6 +450,16 @@ def _process_age() -> float:
         return 0.0
 
 
+def _stdout_closed() -> int:
+    """End as a Unix tool ends when the reader of its output went away (``runs | head -1``):
+    quietly, with the status of a process that SIGPIPE ended."""
+    # Whatever is still buffered for the closed pipe would fail again at exit, loudly.
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return 128 + signal.SIGPIPE
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Run the CLI on ``argv`` (default ``sys.argv[1:]``) and return the exit code."""
     from gatle_ignite.trainer.preemption import EXIT_INTERRUPTED, Interrupted, Preempted
@@ -423,7 +472,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     show_framework_warnings_plainly()
     _show_tracebacks_redacted()
     try:
-        return _run_command(args)
+        code = _run_command(args)
+        sys.stdout.flush()  # here, where a closed pipe is caught, not at the interpreter's exit
+        return code
+    except BrokenPipeError:
+        return _stdout_closed()
     except ConfigError as error:
         report_config_error(error)
         return 2

@@ -7,20 +7,20 @@ The exit code is for job scripts: 0 the run is finished (completed, stopped earl
 training it now.
 """
 
-import json
 from pathlib import Path
 from typing import Optional
 
 from gatle_ignite.cli.lr_find import PLOT_FILE as LR_FIND_PLOT
 from gatle_ignite.dispatch import ConfigError
 from gatle_ignite.redaction import shown_command
-from gatle_ignite.run.directory import indexed_view
-from gatle_ignite.run.layout import CONFIG_FILE, MANIFEST_FILE
+from gatle_ignite.run.directory import indexed_view, recorded_config, unindexed_files
+from gatle_ignite.run.layout import MANIFEST_FILE
 from gatle_ignite.run.lock import holder
 from gatle_ignite.run.manifest import Manifest
 from gatle_ignite.run.scores import LOWER_IS_BETTER, metric_value, scoring
 from gatle_ignite.trainer.lifecycle import EXIT_DIVERGED
 from gatle_ignite.trainer.preemption import EXIT_PREEMPTED
+from gatle_ignite.utils.escapes import escaped
 
 __all__ = ["run_status"]
 
@@ -102,6 +102,12 @@ def _trial_line(trial: dict) -> str:
     return f"trial {trial.get('trial')} of {trial.get('sweep_dir')} ({params})"
 
 
+def _say(line: str) -> None:
+    """Print a line of values read from the run directory, their control characters escaped:
+    a run.json written by anyone cannot clear the screen or forge a line of its own."""
+    print(escaped(line))
+
+
 def run_status(save_dir) -> int:
     """Print the run in ``save_dir`` and return the exit code its state calls for."""
     save_dir = Path(save_dir)
@@ -113,17 +119,18 @@ def run_status(save_dir) -> int:
     if state == "running" and live is None:
         state = "interrupted"
     reason = f" ({manifest.stop_reason})" if manifest.stop_reason else ""
-    print(f"run:      {manifest.name} (id {manifest.run_id}) in {save_dir}")
-    print(f"state:    {state}{reason}")
+    _say(f"run:      {manifest.name} (id {manifest.run_id}) in {save_dir}")
+    _say(f"state:    {state}{reason}")
     _print_holder(live)
     if manifest.sweep:
-        print(f"sweep:    {_trial_line(manifest.sweep)}")
+        _say(f"sweep:    {_trial_line(manifest.sweep)}")
         if _EXIT_CODES.get(state) == EXIT_PREEMPTED:
             # The study, not this exit code, decides whether the trial goes on.
-            print("          requeue its sweep, which resumes it; not this run on its own")
-    print(f"trained:  {_progress(manifest)}")
-    print(f"config:   {manifest.config_fingerprint}, last written {manifest.updated}")
+            _say("          requeue its sweep, which resumes it; not this run on its own")
+    _say(f"trained:  {_progress(manifest)}")
+    _say(f"config:   {manifest.config_fingerprint}, last written {manifest.updated}")
     _print_checkpoints(manifest.checkpoints, manifest.config)
+    _print_unindexed(unindexed_files(save_dir, manifest))
     return _EXIT_CODES.get(state, EXIT_FAILED)
 
 
@@ -131,15 +138,28 @@ def _print_holder(live: Optional[dict]) -> None:
     if live is None:
         return
     command = shown_command(str(live.get("command")))
-    print(f"held by:  pid {live.get('pid')} on {live.get('host')}: {command}")
+    _say(f"held by:  pid {live.get('pid')} on {live.get('host')}: {command}")
     if live.get("unverified"):
-        print("          (another host, and this file system cannot tell whether it still runs)")
+        _say("          (another host, and this file system cannot tell whether it still runs)")
 
 
 def _print_checkpoints(entries: list, config: dict) -> None:
-    print("checkpoints:")
+    _say("checkpoints:")
     for entry in sorted(entries, key=lambda e: (e.kind, e.progress_key())):
-        print(_checkpoint_line(entry, config))
+        _say(_checkpoint_line(entry, config))
+
+
+def _print_unindexed(names: list) -> None:
+    """The checkpoint files run.json does not index: named, never counted as the run's."""
+    if not names:
+        return
+    _say(
+        f"not indexed: {len(names)} file(s) the run did not record in {MANIFEST_FILE}, never "
+        f"ranked; a resume adopts one only if it holds this run's state (written, then cut off "
+        f"by a kill before it was indexed):"
+    )
+    for name in names:
+        _say(f"  {name}")
 
 
 def _damaged(save_dir: Path, why: str, live: Optional[dict]) -> int:
@@ -157,18 +177,9 @@ def _damaged(save_dir: Path, why: str, live: Optional[dict]) -> int:
             f"{manifest} is damaged ({why}), and {save_dir} holds no checkpoint.\n"
             f"  Start the run again (a fresh run writes a new one), or give another save_dir."
         )
-    print(f"run:      unknown, in {save_dir}")
-    print(f"state:    unknown: {manifest} is damaged ({why})")
+    _say(f"run:      unknown, in {save_dir}")
+    _say(f"state:    unknown: {manifest} is damaged ({why})")
     _print_holder(live)
-    print("          a resume rebuilds it from the checkpoints below")
-    _print_checkpoints(entries, _recorded_config(save_dir))
+    _say("          a resume rebuilds it from the checkpoints below")
+    _print_checkpoints(entries, recorded_config(save_dir) or {})
     return EXIT_RUNNING if live is not None else EXIT_PREEMPTED
-
-
-def _recorded_config(save_dir: Path) -> dict:
-    """The run's config.json, which says how its scores were made; ``{}`` when unreadable."""
-    try:
-        config = json.loads((save_dir / CONFIG_FILE).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return config if isinstance(config, dict) else {}

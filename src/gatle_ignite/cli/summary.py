@@ -13,6 +13,7 @@ from typing import Optional
 
 from gatle_ignite.cli.time_breakdown import time_breakdown_rows
 from gatle_ignite.redaction import redact_argv
+from gatle_ignite.run.filesystem import UnsafeFile, read_confined
 from gatle_ignite.run.layout import MANIFEST_FILE, OWNED_LOGS
 from gatle_ignite.run.manifest import Manifest
 from gatle_ignite.run.scores import direction, metric_value
@@ -118,8 +119,8 @@ def last_recorded(save_dir) -> Optional[bytes]:
     """The run in ``save_dir`` as ``run.json`` records it now, to tell whether a command
     recorded it; None without one."""
     try:
-        return (Path(save_dir) / MANIFEST_FILE).read_bytes()
-    except OSError:
+        return read_confined(Path(save_dir) / MANIFEST_FILE)
+    except (OSError, UnsafeFile):
         return None
 
 

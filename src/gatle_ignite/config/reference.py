@@ -246,6 +246,12 @@ FIELD_DOCS: dict[str, str] = {
         "`strict=` for the `model_checkpoint_dir` load and for the model load of "
         "`gatle-ignite eval`."
     ),
+    "export_params": (
+        "For `gatle-ignite export`: `dynamic`, a mapping of `model_input` keys to the "
+        'dimensions to make dynamic (`{"input_ids": [0, 1]}`), beside the batch and the '
+        "dimensions that vary between the batches export samples; `--dynamic KEY=DIM,...` adds "
+        "more. Never changes what a run trains."
+    ),
     "run": (
         "Inference mode, set by `gatle-ignite eval`: its presence, whatever its value (even "
         "False), makes the launcher load a checkpoint and evaluate, never train or write."
@@ -284,6 +290,12 @@ FIELD_DOCS: dict[str, str] = {
         "What a run prints: 0 the results, warnings and errors (and the early-stopping "
         "lines); 1 (default) also the progress lines; 2 also ignite's own INFO lines (loader "
         "settings, the DDP wrap, EarlyStopping's own `Stop training`)."
+    ),
+    "progress_seconds": (
+        "Off a terminal (output to a log file or a pipe), the seconds at least between two "
+        "training or evaluation progress lines; the first comes once this long has passed. "
+        "The epoch blocks are printed whatever it says. 0: the ten lines per epoch a "
+        "terminal gets."
     ),
     "watch_grad": (
         "Log the global gradient norm (`train/grad_norm`) every `log_every` iterations and "
@@ -405,6 +417,7 @@ FIELD_GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "strict",
             "run",
             "load_from_ckpt",
+            "export_params",
         ),
     ),
     ("Telemetry and profiling", ("count_flops", "profile")),
@@ -414,6 +427,7 @@ FIELD_GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "logger_name",
             "log_every",
             "verbosity",
+            "progress_seconds",
             "watch_grad",
             "tags",
             "wandb_entity",

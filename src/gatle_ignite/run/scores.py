@@ -29,9 +29,13 @@ def score_fields(engine: Optional[str]) -> tuple:
 
 
 def scoring(config: Mapping, engine: Optional[str]) -> tuple:
-    """``(score name or None, factor)`` that ``config`` gives ``engine``'s best checkpoints."""
+    """``(score name or None, factor)`` that ``config`` gives ``engine``'s best checkpoints;
+    a name that is no text, or a factor that is no non-zero number (a run.json someone else
+    wrote), counts as unset."""
     name_field, factor_field = score_fields(engine)
-    return config.get(name_field, None), config.get(factor_field, None) or 1
+    name, factor = config.get(name_field, None), config.get(factor_field, None)
+    number = isinstance(factor, (int, float)) and not isinstance(factor, bool)
+    return (name if isinstance(name, str) else None), (factor if number and factor else 1)
 
 
 def metric_value(score: Optional[float], factor) -> Optional[float]:

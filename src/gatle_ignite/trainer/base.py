@@ -32,9 +32,11 @@ from gatle_ignite.trainer.checks import (
     check_scores,
     explain_forward_error,
     explain_output_error,
+    note_library_error,
 )
 from gatle_ignite.trainer.handlers import LossAverage, NonFiniteCheck, clear_state, empty_cuda_cache
 from gatle_ignite.trainer.lifecycle import attach_preemption_stop, recorded_run
+from gatle_ignite.trainer.model_graph import attach_model_graph
 from gatle_ignite.trainer.preemption import preemption_signals, stop_at_once
 from gatle_ignite.trainer.progress import attach_progress_output, epoch_length_of
 from gatle_ignite.trainer.strategy import ddp_params, distribute, gradient_sync, strategy_of
@@ -285,14 +287,16 @@ class BaseTrainer:
         return {"y_pred": y_pred, "target": x}
 
     def _forward_explained(self, model_input):
-        """``forward``; a model refusing the ``model_input`` keys says so in one error."""
+        """``forward``; a model refusing the ``model_input`` keys says so in one error, and an
+        error raised inside the library the model comes from names the config that built it."""
         try:
             return self.forward(model_input)
-        except TypeError as error:
-            problem = explain_forward_error(self.model, model_input)
-            if problem is None:
-                raise
-            raise problem from error
+        except Exception as error:
+            problem = explain_forward_error(self.model, model_input, error, self.prep_batch)
+            if problem is not None:
+                raise problem from error
+            note_library_error(error, self.cfg, self.model, model_input)
+            raise
 
     def _loss_explained(self, y_pred, target, iteration):
         """``loss_fn``; one failing to read a model output that is no dict says so in one error."""
@@ -370,6 +374,7 @@ class BaseTrainer:
                 self._telemetry = Telemetry(self)
                 # First at an epoch's end, so its training time stops before anything else.
                 self._telemetry.attach_clocks(self.engines)
+                attach_model_graph(self, self._telemetry.overhead)
                 self.attach_runner()
                 # After the eval runners, so "latest" holds what that epoch's evaluation changed.
                 attach_checkpoint_writes(self)
@@ -393,7 +398,9 @@ class BaseTrainer:
     def _join_run(self):
         """Bind what a script's setup() built before fit() opened the run to that run."""
         tell(self.logger, "start_in", self.run_dir)
-        self.run_dir.note_lr_groups(param_group_names(self.optimizer))
+        groups = param_group_names(self.optimizer)
+        self.run_dir.note_lr_groups(groups)
+        tell(self.logger, "name_lr_groups", groups)
         if self._checkpoints_for is not self.run_dir:
             attach_checkpoints(self)
             self._checkpoints_for = self.run_dir

@@ -54,6 +54,7 @@ def get_value(container, name):
                 walked = " -> ".join(str(k) for k in name[: i + 1])
                 raise ConfigError(
                     f"could not resolve path {tuple(name)!r} at '{walked}': {error!r}"
+                    f"{_what_is_there(value, name[:i])}{_prep_batch_hint(value, i, key)}"
                 ) from error
         return value
     if isinstance(container, torch.Tensor) and isinstance(name, str):
@@ -63,6 +64,27 @@ def get_value(container, name):
         return _item(container, name)
     except (KeyError, TypeError) as error:
         raise ConfigError(_unresolved(container, name)) from error
+
+
+def _what_is_there(container, walked) -> str:
+    """What the container the walk stopped in holds, to choose the right key from."""
+    where = " -> ".join(str(k) for k in walked) or "the top"
+    named = named_outputs(container)
+    if named is not None:
+        return f"; available at {where}: {list(named)}"
+    if isinstance(container, (list, tuple)):
+        return f"; at {where} is a {type(container).__name__} of {len(container)} item(s)"
+    return f"; at {where} is an object of type {type(container).__name__}"
+
+
+def _prep_batch_hint(container, step: int, key) -> str:
+    """The fix when the first key of a path is missing from what prep_batch returned."""
+    if step != 0 or not isinstance(container, Mapping) or "model_input" not in container:
+        return ""
+    return (
+        f"\n  prep_batch returned no {key!r}: add it to the dict it returns, e.g. "
+        f'{{"model_input": ..., "{key}": {{"labels": y}}}}, or point the path at a key it has.'
+    )
 
 
 def _is_record(value) -> bool:
