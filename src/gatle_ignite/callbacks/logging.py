@@ -312,9 +312,9 @@ class LoggingCallback:
             if not engine.should_terminate:
                 self._epoch_record.update(_flatten(engine.state.metrics))
 
-        @trainer.on(Events.ITERATION_COMPLETED(event_filter=self._log_point_due))
+        @trainer.on(Events.ITERATION_COMPLETED)
         def _log_lr_and_loss(engine):
-            if engine.should_terminate:
+            if not self._log_point_due(engine) or engine.should_terminate:
                 return
             point = {f"train/lr_{i}": group["lr"] for i, group in enumerate(optimizer.param_groups)}
             iteration = engine.state.iteration
@@ -324,11 +324,14 @@ class LoggingCallback:
             self._points.append((iteration, engine.state.epoch, point))
             self._write_points()
 
-    def _log_point_due(self, engine, iteration) -> bool:
-        # Worked out once: the epoch's length is known once the engine runs.
-        if self._log_every is None:
-            self._log_every = log_cadence(self.cfg, engine.state.epoch_length)
-        return iteration % self._log_every == 0
+    def _log_point_due(self, engine) -> bool:
+        """Whether this iteration logs a point. Tested in the handler, not by an event filter,
+        which ignite calls through a wrapper on every iteration."""
+        every = self._log_every
+        if every is None:
+            # Worked out once: the epoch's length is known once the engine runs.
+            every = self._log_every = log_cadence(self.cfg, engine.state.epoch_length)
+        return engine.state.iteration % every == 0
 
     def on_train_iteration(self, trainer, model):
         if not self.cfg.watch_grad or not self.backends:
@@ -336,9 +339,9 @@ class LoggingCallback:
         for backend in self.backends:
             backend.watch(model)
 
-        @trainer.on(Events.ITERATION_COMPLETED(event_filter=self._log_point_due))
+        @trainer.on(Events.ITERATION_COMPLETED)
         def _log_grad_norm(engine):
-            if engine.should_terminate:
+            if not self._log_point_due(engine) or engine.should_terminate:
                 return
             self._log(
                 {"train/grad_norm": _grad_norm(model)},
