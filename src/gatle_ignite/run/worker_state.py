@@ -7,6 +7,7 @@ predecessor had before the batch it is to make next, and loads nothing twice.
 """
 
 import random
+import struct
 from typing import Optional
 
 import numpy as np
@@ -37,7 +38,7 @@ def python_random_state() -> tuple:
     """Python's global random state, its 625 numbers (each below 2**32) as one bytes object:
     a checkpoint or a worker's report then pickles one object where it pickled 625."""
     version, internal, gauss = random.getstate()
-    return version, np.asarray(internal, dtype=np.uint32).tobytes(), gauss
+    return version, struct.pack(f"={len(internal)}I", *internal), gauss
 
 
 def restore_python_random_state(state) -> None:
@@ -45,7 +46,7 @@ def restore_python_random_state(state) -> None:
     before it saved it, ``random.getstate()`` (its numbers as a sequence)."""
     version, internal, gauss = state
     if isinstance(internal, bytes):
-        internal = np.frombuffer(internal, dtype=np.uint32).tolist()
+        internal = struct.unpack(f"={len(internal) // 4}I", internal)
     random.setstate((version, tuple(internal), gauss))
 
 
