@@ -5,6 +5,7 @@ import importlib
 import importlib.util
 import math
 import sys
+import time
 import warnings
 from types import ModuleType
 from typing import Optional
@@ -87,6 +88,9 @@ class Backend:
 # few hundred iterations still draws its learning-rate schedule.
 _DEFAULT_LOG_EVERY = 100
 _POINTS_PER_EPOCH = 20
+# The longest a point whose loss is read waits to be written. Points written together cost
+# a fraction of one write per iteration (bench/README.md), and a live plot stays current.
+POINTS_WRITTEN_EVERY_S = 1.0
 
 
 def log_cadence(cfg, epoch_length: Optional[int]) -> int:
@@ -190,8 +194,10 @@ class LoggingCallback:
         self._epoch_record = {}
         # The non-finite check, whose reads give the points their train/loss.
         self._losses = None
-        # (iteration, epoch, point) logged but not yet written: their loss is not read yet.
+        # (iteration, epoch, point) logged but not yet written: their loss is not read yet, or
+        # they wait to be written together (POINTS_WRITTEN_EVERY_S).
         self._points = collections.deque()
+        self._points_written = time.monotonic()
         # Iterations between per-iteration points (log_cadence), once the trainer runs.
         self._log_every = None
         self.started = False
@@ -293,7 +299,12 @@ class LoggingCallback:
                     point["train/loss"] = losses[iteration]
         self._write_points()
 
-    def _write_points(self) -> None:
+    def _write_points(self, now: bool = False) -> None:
+        """Write the points whose loss is read, at most POINTS_WRITTEN_EVERY_S after the last
+        write, or ``now`` (an epoch's end, the run's)."""
+        if not now and time.monotonic() - self._points_written < POINTS_WRITTEN_EVERY_S:
+            return
+        self._points_written = time.monotonic()
         check = self._losses
         through = check.checked_through if check is not None else math.inf
         bad = check.first_bad if check is not None else None
@@ -365,6 +376,8 @@ class LoggingCallback:
 
         @trainer.on(Events.EPOCH_COMPLETED)
         def _log_epoch(engine):
+            # The epoch's points first, as they happened.
+            self._write_points(now=True)
             record, self._epoch_record = self._epoch_record, {}
             if record:
                 self._log(record, step=engine.state.iteration, epoch=engine.state.epoch)
@@ -380,6 +393,10 @@ class LoggingCallback:
     def finish(self, failed=False):
         """Finish every backend, even when one of them raises, then forget them all."""
         errors = []
+        try:
+            self._write_points(now=True)
+        except Exception as err:
+            errors.append((__name__, err))
         for backend in self.sinks:
             try:
                 backend.finish(failed=failed)
