@@ -10,8 +10,10 @@ at interpreter exit, however its run ended, as gloo sometimes does), ``fault_sta
 ``fault_stall_at`` (one rank sleeps for good in that iteration, its peers waiting in the
 gradient all-reduce); ``ballast_mb`` adds that much extra state to every checkpoint, so that
 writing one takes long enough to be interrupted, and ``iter_sleep_s`` slows every iteration
-down, so that a signal sent after a few progress lines lands mid-run. The FLOP count's extra
-step (under a dispatch mode) is neither probed nor faulted: it is not a step of the run.
+down, so that a signal sent after a few progress lines lands mid-run; ``probe_dir`` puts the
+probes and final weights there instead of save_dir (a URL, for object storage). The FLOP
+count's extra step (under a dispatch mode) is neither probed nor faulted: it is not a step of
+the run.
 """
 
 import atexit
@@ -122,7 +124,7 @@ class Trainer(ToyTrainer):
             threads=torch.get_num_threads(),
             lr=self.cfg.optimizer_params.lr,
         )
-        out = Path(self.cfg.save_dir)
+        out = Path(self.cfg.get("probe_dir", None) or self.cfg.save_dir)
         out.mkdir(parents=True, exist_ok=True)
         rank = idist.get_rank()
         (out / f"probe_rank{rank}.json").write_text(json.dumps(record))

@@ -17,6 +17,7 @@ from ignite.engine import Events
 from gatle_ignite.callbacks.run_record import write_config_json
 from gatle_ignite.dispatch import ConfigError, import_entrypoint
 from gatle_ignite.run.filesystem import holds_files
+from gatle_ignite.run.storage import is_url
 from gatle_ignite.utils.dist import rank_zero_print
 from gatle_ignite.utils.train_command import under_train_command
 
@@ -236,7 +237,9 @@ class LoggingCallback:
         if self.started:
             return
         opened = run_dir is not None and run_dir.is_open
-        if opened or not holds_files(self.cfg.get("save_dir")):
+        save_dir = self.cfg.get("save_dir")
+        # A URL counts as holding a run: what it holds is known once fit() has opened it.
+        if opened or not (is_url(save_dir) or holds_files(save_dir)):
             self.start(keep_files=run_dir is None or run_dir.keeps_files)
 
     def _implied(self, keep_files: bool) -> list:

@@ -52,8 +52,12 @@ def attach_preemption_stop(trainer) -> PreemptionStop:
     from the signal, so they live until that checkpoint is written."""
     stop = PreemptionStop(
         idist.get_world_size(),
-        save_iteration=lambda engine: save_iteration_checkpoint(trainer, engine),
-        saved_epoch=lambda: trainer._latest.last_checkpoint if trainer._latest else None,
+        save_iteration=lambda engine: trainer.run_dir.shown(
+            save_iteration_checkpoint(trainer, engine)
+        ),
+        saved_epoch=lambda: (
+            trainer.run_dir.shown(trainer._latest.last_checkpoint) if trainer._latest else None
+        ),
         settle=lambda: settle_writes(trainer),
     )
     stop.attach(trainer.engines["trainer"])
