@@ -396,7 +396,8 @@ class BaseTrainer:
             self._preemption.on_signal()
 
     def _join_run(self):
-        """Bind what a script's setup() built before fit() opened the run to that run."""
+        """Bind what setup() built to the run fit() opened: the logger's sinks, the param
+        groups' names, and the checkpoint handlers when a script's setup() came first."""
         tell(self.logger, "start_in", self.run_dir)
         groups = param_group_names(self.optimizer)
         self.run_dir.note_lr_groups(groups)
