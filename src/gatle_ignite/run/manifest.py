@@ -9,7 +9,7 @@ the whole file atomically, so a reader sees the old manifest or the new one, nev
 import json
 import socket
 import uuid
-from dataclasses import dataclass, field, fields
+from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Optional
@@ -36,10 +36,6 @@ STATES = (
     "failed",
     "diverged",
 )
-
-
-def _fields_of(entry: Entry) -> dict:
-    return {f.name: getattr(entry, f.name) for f in fields(entry)}
 
 
 def _now() -> str:
@@ -137,12 +133,7 @@ class Manifest:
         cached = self.__dict__.get("_config_redacted")
         if cached is None or cached[0] is not self.config:
             cached = self._config_redacted = (self.config, redact(self.config))
-        # redact() builds new containers, so the fields go in as they are: asdict's deep copy
-        # would copy them once more.
-        data = {f.name: getattr(self, f.name) for f in fields(self)}
-        data["config"] = {}
-        data["checkpoints"] = [_fields_of(entry) for entry in self.checkpoints]
-        data = redact(data)
+        data = redact(asdict(replace(self, config={})))
         data["config"] = cached[1]
         return data
 
