@@ -384,9 +384,10 @@ def test_a_loss_average_detached_from_its_engine_is_no_longer_fed():
     engine = Engine(lambda e, batch: {"losses": {"loss": torch.tensor(float(batch))}})
     kept, dropped = LossAverage("loss"), LossAverage("loss")
     kept.attach(engine, "kept")
+    kept.attach(engine, "kept")  # attached twice, still fed once a step
     dropped.attach(engine, "dropped")
     engine.run([1.0, 3.0], max_epochs=1)
-    assert engine.state.metrics == {"kept": 2.0, "dropped": 2.0}
+    assert engine.state.metrics == {"kept": 2.0, "dropped": 2.0} and kept.num_examples == 2
     dropped.detach(engine)
     assert not dropped.is_attached(engine)
     engine.run([5.0, 7.0], max_epochs=2)

@@ -313,7 +313,9 @@ class LossAverage(Average):
         # Its per-step part runs in the engine's StepLosses, not as a handler of its own.
         if engine.has_event_handler(self.iteration_completed, Events.ITERATION_COMPLETED):
             engine.remove_event_handler(self.iteration_completed, Events.ITERATION_COMPLETED)
-            StepLosses.of(engine).averages.append(self)
+            averages = StepLosses.of(engine).averages
+            if all(average is not self for average in averages):
+                averages.append(self)
 
     def detach(self, engine, usage=EpochWise.usage_name):
         ledger = _STEP_LOSSES.get(engine)
