@@ -7,13 +7,14 @@ pieces cost, so one run trains the bench config (every extra off) with odd epoch
 even epochs without the named pieces; a piece costs the difference of the two kinds' median CPU
 time per iteration (after two warm-up epochs), the median over ``--reps`` fresh processes.
 
-Pieces: ``progress`` (the TRAIN printer), ``check`` (the non-finite check's per-iteration
-part: a read per step at check_every=1), ``loss_averages`` (their per-iteration part),
-``criterion`` (the composite loss, replaced by one ``F.cross_entropy``), ``step`` (train_step,
-prep_batch and the model's dict wrapper, replaced by the bare loop's statements), ``telemetry``
-(the clock reads around each batch fetch, on ``GET_BATCH_STARTED`` / ``GET_BATCH_COMPLETED``);
-join pieces with commas to remove them together. It edits ignite's private
-``Engine._event_handlers``.
+Pieces: ``progress`` (the TRAIN printer), ``losses`` (the trainer's per-step bookkeeping of
+its losses: the loss averages' part and the non-finite check's, a read per step at
+check_every=1), ``log_point`` (a metrics.csv point, every iteration on this task's 32-iteration
+epoch), ``criterion`` (the composite loss, replaced by one ``F.cross_entropy``), ``step``
+(train_step, prep_batch and the model's dict wrapper, replaced by the bare loop's statements),
+``telemetry`` (the clock reads around each batch fetch, on ``GET_BATCH_STARTED`` /
+``GET_BATCH_COMPLETED``); join pieces with commas to remove them together. It edits ignite's
+private ``Engine._event_handlers``.
 """
 
 import contextlib
@@ -24,13 +25,14 @@ import time
 
 from bench import common
 from bench.tasks.trainer import Trainer as BenchTrainer
+from gatle_ignite.trainer.handlers import StepLosses
 
 WARMUP = 2
 # piece -> the qualname of the ITERATION_COMPLETED handler it removes
 HANDLERS = {
     "progress": "ProgressLines.report",
-    "check": "NonFiniteCheck.record",
-    "loss_averages": "LossAverage.iteration_completed",
+    "losses": "StepLosses",
+    "log_point": "LoggingCallback.on_train_epoch_end.<locals>._log_lr_and_loss",
 }
 # piece -> {event name: the qualname of the handler it removes there}, for other events
 FETCH_HANDLERS = {
@@ -40,11 +42,12 @@ FETCH_HANDLERS = {
     },
 }
 PIECES = (*HANDLERS, "criterion", "step", *FETCH_HANDLERS)
-DEFAULT = (*PIECES, "progress,check,loss_averages", "progress,check,loss_averages,step")
+DEFAULT = (*PIECES, "progress,losses,log_point", "progress,losses,log_point,step")
 
 
 def _qualname(handler):
-    return getattr(handler[0], "__qualname__", "")
+    function = handler[0]
+    return getattr(function, "__qualname__", type(function).__qualname__)
 
 
 class AlternatingTrainer(BenchTrainer):
@@ -53,17 +56,18 @@ class AlternatingTrainer(BenchTrainer):
     pieces = ()
     bare = ()  # the pieces replaced in the current epoch
 
-    def _prepare_fit(self):
+    def attach_progress(self):
         import torch
         from ignite.engine import Events
 
-        data = super()._prepare_fit()
+        # The last of fit()'s attachments: every handler of the run is in place.
+        super().attach_progress()
         trainer = self.engines["trainer"]
         handlers = trainer._event_handlers[Events.ITERATION_COMPLETED]
         full = list(handlers)
         removed = {HANDLERS[p] for p in self.pieces if p in HANDLERS}
         reduced = [h for h in full if _qualname(h) not in removed]
-        averages = [h[0].__self__ for h in full if _qualname(h) == HANDLERS["loss_averages"]]
+        averages = StepLosses.of(trainer).averages
         # (the event's live handler list, all of them, those kept in a reduced epoch)
         fetches = []
         for name in ("GET_BATCH_STARTED", "GET_BATCH_COMPLETED"):
@@ -85,7 +89,7 @@ class AlternatingTrainer(BenchTrainer):
             complete = engine.state.epoch % 2 == 1
             spent = time.process_time() - started["cpu"]
             self.per_iteration[complete].append(spent / engine.state.epoch_length)
-            if not complete and "loss_averages" in self.pieces:
+            if not complete and "losses" in self.pieces:
                 # An epoch's averages need an example to compute; this one is a placeholder.
                 for average in averages:
                     average.update(torch.zeros(()))
@@ -94,7 +98,6 @@ class AlternatingTrainer(BenchTrainer):
         for event, handler in ((Events.EPOCH_STARTED, start), (Events.EPOCH_COMPLETED, stop)):
             trainer.add_event_handler(event, handler)
             trainer._event_handlers[event].insert(0, trainer._event_handlers[event].pop())
-        return data
 
     def train_step(self, engine, batch, split="train"):
         if "step" not in self.bare:

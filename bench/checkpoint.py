@@ -21,6 +21,7 @@ file work is system time, which on a virtual machine swings by several times fro
 to the next. ``--dir`` picks the file system (``/dev/shm`` takes the disk out).
 """
 
+import csv
 import math
 import os
 import resource
@@ -159,8 +160,33 @@ def run_boundary(reps=None):
         checks.append(common.Check(f"checkpoint: {label} vs a bare loop's, CPU", ratio, limit))
     headers = ["CPU", *(f"{label} ms" for label in variants.values()), "ratio", "±"]
     text = common.table(headers, rows)
+    text += f"\n\n{_summary_read()}"
     print(text)
     return text, checks
+
+
+def _summary_read(iterations=100_000):
+    """What the end-of-run summary's read of metrics.csv costs after a long run: a point (two
+    rows) every iteration and a perf/ record every 1000."""
+    from gatle_ignite.cli.time_breakdown import time_breakdown_rows
+    from gatle_ignite.config.base import base_config
+
+    with tempfile.TemporaryDirectory(prefix="gatle-bench-history-") as tmp:
+        rows = [("wall_time", "epoch", "step", "name", "value")]
+        for step in range(1, iterations + 1):
+            rows += [(1e9, step // 1000 + 1, step, "train/lr_0", 1e-3)]
+            rows += [(1e9, step // 1000 + 1, step, "train/loss", 0.123456)]
+            if step % 1000 == 0:
+                rows += [(1e9, step // 1000, step, f"perf/{n}", 1.5) for n in ("train_time_s",)]
+        with open(Path(tmp) / "metrics.csv", "w", newline="") as handle:
+            csv.writer(handle).writerows(rows)
+        start = time.process_time()
+        time_breakdown_rows(base_config(), Path(tmp), 0, 1.0)
+        spent = time.process_time() - start
+    return (
+        f"The summary's read of a {iterations:,}-iteration metrics.csv ({len(rows) - 1:,} rows): "
+        f"{spent * 1e3:.0f} ms of CPU."
+    )
 
 
 def run(reps=None, directory=None, boundary=False):

@@ -1,5 +1,8 @@
 """Exact resume in one process: interrupted anywhere, the resumed run ends on the same weights."""
 
+import random
+import struct
+
 import pytest
 import torch
 from ignite.engine import Events
@@ -96,6 +99,44 @@ def test_without_the_random_state_the_resumed_run_differs(make_cfg, tmp_path, re
     with pytest.warns(UserWarning, match=r"no state for \['resume_state'\]"):
         resumed = _resume(make_cfg, save_dir)
     assert not _equal(reference[0], resumed)
+
+
+def _python_states(state):
+    """Every rank's saved Python random states, as ``(holder, key)`` pairs."""
+    for rank in state["resume_state"]["ranks"]:
+        for moment in ("created", "now"):
+            yield rank[moment], "python"
+
+
+def _as_numbers(python_state):
+    """Python's random state as a checkpoint before it was packed into bytes held it."""
+    version, internal, gauss = python_state
+    return version, struct.unpack(f"={len(internal) // 4}I", internal), gauss
+
+
+def test_a_checkpoint_holding_pythons_random_state_as_numbers_resumes_exactly(
+    make_cfg, tmp_path, reference
+):
+    def unpack(state):
+        for holder, key in _python_states(state):
+            assert isinstance(holder[key][1], bytes)  # one object to pickle, not 625
+            holder[key] = _as_numbers(holder[key])
+
+    save_dir = _interrupted_then_resumed(make_cfg, tmp_path / "run", 6)
+    _edit_newest(save_dir, unpack)
+    assert _equal(reference[0], _resume(make_cfg, save_dir))
+
+
+def test_another_python_random_state_makes_the_resumed_run_differ(make_cfg, tmp_path, reference):
+    """The negative control: the toy's augmentation draws from Python's random module."""
+
+    def replace(state):
+        for holder, key in _python_states(state):
+            holder[key] = random.Random(1).getstate()
+
+    save_dir = _interrupted_then_resumed(make_cfg, tmp_path / "run", 6)
+    _edit_newest(save_dir, replace)
+    assert not _equal(reference[0], _resume(make_cfg, save_dir))
 
 
 def test_without_the_data_position_the_resumed_run_differs(make_cfg, tmp_path, reference):

@@ -70,6 +70,61 @@ def test_a_run_logs_epochs_lr_and_eval_metrics_then_finishes_cleanly(make_cfg):
     assert recording_backend.FINISHED == [False]
 
 
+class _SeesPoints(Trainer):
+    """Notes, after each iteration's handlers, the iterations whose points are written."""
+
+    def attach_progress(self):
+        super().attach_progress()
+        self.seen = []
+
+        @self.engines["trainer"].on(Events.ITERATION_COMPLETED)
+        def _note(engine):
+            written = [s for m, s, _ in recording_backend.LOGGED if "train/loss" in m]
+            self.seen.append((engine.state.iteration, written))
+
+
+def _points_cfg(make_cfg):
+    return make_cfg(max_epochs=1, logger_name=[RECORDING], log_every=1, check_every=1)
+
+
+def test_a_point_is_written_once_its_loss_is_read_when_the_last_write_is_long_enough_ago(
+    make_cfg, monkeypatch
+):
+    monkeypatch.setattr(logging_module, "POINTS_WRITTEN_EVERY_S", 0.0)
+    task = _SeesPoints(0, _points_cfg(make_cfg))
+    task.fit()
+    assert task.seen == [(i, list(range(1, i + 1))) for i in range(1, 5)]
+
+
+def test_points_read_within_the_interval_are_written_together_at_the_epochs_end(
+    make_cfg, monkeypatch
+):
+    monkeypatch.setattr(logging_module, "POINTS_WRITTEN_EVERY_S", 1e9)
+    task = _SeesPoints(0, _points_cfg(make_cfg))
+    task.fit()
+    assert task.seen == [(i, []) for i in range(1, 5)]
+    steps = [
+        s for m, s, _ in recording_backend.LOGGED if "train/loss" in m or "train/loss_avg" in m
+    ]
+    # In order, before the epoch's record.
+    assert steps == [1, 2, 3, 4, 4]
+
+
+def test_a_run_that_fails_mid_epoch_writes_the_points_it_read(make_cfg, monkeypatch):
+    monkeypatch.setattr(logging_module, "POINTS_WRITTEN_EVERY_S", 1e9)
+    task = Trainer(0, _points_cfg(make_cfg)).setup()
+
+    @task.engines["trainer"].on(Events.ITERATION_COMPLETED(once=3))
+    def _fail(_engine):
+        raise RuntimeError("the data went away")
+
+    with pytest.raises(RuntimeError, match="the data went away"):
+        task.fit()
+    # Iteration 3 failed before its point was taken.
+    assert [s for m, s, _ in recording_backend.LOGGED if "train/loss" in m] == [1, 2]
+    assert recording_backend.FINISHED == [True]
+
+
 def test_watch_grad_watches_once_and_logs_the_gradient_norm(make_cfg):
     cfg = make_cfg(max_epochs=1, logger_name=[RECORDING], log_every=1, watch_grad=True)
     task = Trainer(0, cfg)

@@ -374,6 +374,27 @@ def test_loss_averages_match_ignite_average_for_scalar_and_per_sample_losses(mak
         assert torch.allclose(torch.as_tensor(metrics[f"train/{key}_avg"]).double(), expected)
 
 
+def test_a_loss_average_detached_from_its_engine_is_no_longer_fed():
+    """The averages' per-step part runs in the engine's one StepLosses handler; ignite's
+    Metric.detach still takes an average off the engine."""
+    from ignite.engine import Engine
+
+    from gatle_ignite.trainer.handlers import LossAverage
+
+    engine = Engine(lambda e, batch: {"losses": {"loss": torch.tensor(float(batch))}})
+    kept, dropped = LossAverage("loss"), LossAverage("loss")
+    kept.attach(engine, "kept")
+    kept.attach(engine, "kept")  # attached twice, still fed once a step
+    dropped.attach(engine, "dropped")
+    engine.run([1.0, 3.0], max_epochs=1)
+    assert engine.state.metrics == {"kept": 2.0, "dropped": 2.0} and kept.num_examples == 2
+    dropped.detach(engine)
+    assert not dropped.is_attached(engine)
+    engine.run([5.0, 7.0], max_epochs=2)
+    # Still what the first run left it (no reset either), not fed the second run's 4 steps.
+    assert engine.state.metrics["kept"] == 6.0 and dropped.num_examples == 2
+
+
 def _finite_until(iteration, last, bad):
     return 1.0 if iteration <= last else float(bad)
 

@@ -1,8 +1,8 @@
 """gatle-ignite: a config-driven training framework for PyTorch, built on PyTorch-Ignite."""
 
-__version__ = "0.5.0"
-
 import importlib
+
+from gatle_ignite._version import __version__
 
 # Public names resolve on first use, so `gatle-ignite --version` and config loading do not pay
 # for importing torch and ignite.

@@ -193,9 +193,9 @@ def _import_fix(path: str, error: ImportError) -> str:
 
 def _builtin_modules() -> list:
     """The package's public modules, by full dotted name."""
-    import gatle_ignite
-
-    modules = pkgutil.walk_packages(gatle_ignite.__path__, "gatle_ignite.", onerror=lambda _: None)
+    # Its folder, not the package itself: nothing here imports the package's public face.
+    folder = str(Path(__file__).parent)
+    modules = pkgutil.walk_packages([folder], "gatle_ignite.", onerror=lambda _: None)
     return [m.name for m in modules if not any(p.startswith("_") for p in m.name.split("."))]
 
 

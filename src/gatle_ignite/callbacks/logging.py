@@ -5,6 +5,7 @@ import importlib
 import importlib.util
 import math
 import sys
+import time
 import warnings
 from types import ModuleType
 from typing import Optional
@@ -15,6 +16,8 @@ from ignite.engine import Events
 
 from gatle_ignite.callbacks.run_record import write_config_json
 from gatle_ignite.dispatch import ConfigError, import_entrypoint
+from gatle_ignite.run.filesystem import holds_files
+from gatle_ignite.run.storage import is_url
 from gatle_ignite.utils.dist import rank_zero_print
 from gatle_ignite.utils.train_command import under_train_command
 
@@ -26,6 +29,7 @@ __all__ = [
     "check_extra_installed",
     "import_extra",
     "log_cadence",
+    "tell",
 ]
 
 # The 0.4 names first; each optional one is also the name of the extra that installs it.
@@ -85,6 +89,9 @@ class Backend:
 # few hundred iterations still draws its learning-rate schedule.
 _DEFAULT_LOG_EVERY = 100
 _POINTS_PER_EPOCH = 20
+# The longest a point whose loss is read waits to be written. Points written together cost
+# a fraction of one write per iteration (bench/README.md), and a live plot stays current.
+POINTS_WRITTEN_EVERY_S = 1.0
 
 
 def log_cadence(cfg, epoch_length: Optional[int]) -> int:
@@ -96,6 +103,14 @@ def log_cadence(cfg, epoch_length: Optional[int]) -> int:
     if not epoch_length:
         return _DEFAULT_LOG_EVERY
     return min(_DEFAULT_LOG_EVERY, max(epoch_length // _POINTS_PER_EPOCH, 1))
+
+
+def tell(logger, method: str, *args, **kwargs) -> None:
+    """Call ``logger.<method>`` if it has one: a task's own logger object (or a test's spy) may
+    have only some of 0.4's protocol, and none of the newer methods."""
+    call = getattr(logger, method, None)
+    if call is not None:
+        call(*args, **kwargs)
 
 
 def _missing_extra(backend: str, reason: str) -> ConfigError:
@@ -180,8 +195,10 @@ class LoggingCallback:
         self._epoch_record = {}
         # The non-finite check, whose reads give the points their train/loss.
         self._losses = None
-        # (iteration, epoch, point) logged but not yet written: their loss is not read yet.
+        # (iteration, epoch, point) logged but not yet written: their loss is not read yet, or
+        # they wait to be written together (POINTS_WRITTEN_EVERY_S).
         self._points = collections.deque()
+        self._points_written = time.monotonic()
         # Iterations between per-iteration points (log_cadence), once the trainer runs.
         self._log_every = None
         self.started = False
@@ -210,6 +227,20 @@ class LoggingCallback:
             self.finish(failed=True)
             raise
         return self
+
+    def start_in(self, run_dir) -> None:
+        """Start the sinks for the run ``run_dir`` holds (None: fit() has opened no run yet).
+
+        A save_dir holding files is fit()'s to resume, replace or refuse, so until fit() has
+        opened its run the sinks, which would write there, wait; a second call starts them.
+        """
+        if self.started:
+            return
+        opened = run_dir is not None and run_dir.is_open
+        save_dir = self.cfg.get("save_dir")
+        # A URL counts as holding a run: what it holds is known once fit() has opened it.
+        if opened or not (is_url(save_dir) or holds_files(save_dir)):
+            self.start(keep_files=run_dir is None or run_dir.keeps_files)
 
     def _implied(self, keep_files: bool) -> list:
         named = set(self.cfg.logger_name)
@@ -271,7 +302,12 @@ class LoggingCallback:
                     point["train/loss"] = losses[iteration]
         self._write_points()
 
-    def _write_points(self) -> None:
+    def _write_points(self, now: bool = False) -> None:
+        """Write the points whose loss is read, at most POINTS_WRITTEN_EVERY_S after the last
+        write, or ``now`` (an epoch's end, the run's)."""
+        if not now and time.monotonic() - self._points_written < POINTS_WRITTEN_EVERY_S:
+            return
+        self._points_written = time.monotonic()
         check = self._losses
         through = check.checked_through if check is not None else math.inf
         bad = check.first_bad if check is not None else None
@@ -290,9 +326,9 @@ class LoggingCallback:
             if not engine.should_terminate:
                 self._epoch_record.update(_flatten(engine.state.metrics))
 
-        @trainer.on(Events.ITERATION_COMPLETED(event_filter=self._log_point_due))
+        @trainer.on(Events.ITERATION_COMPLETED)
         def _log_lr_and_loss(engine):
-            if engine.should_terminate:
+            if not self._log_point_due(engine) or engine.should_terminate:
                 return
             point = {f"train/lr_{i}": group["lr"] for i, group in enumerate(optimizer.param_groups)}
             iteration = engine.state.iteration
@@ -302,11 +338,14 @@ class LoggingCallback:
             self._points.append((iteration, engine.state.epoch, point))
             self._write_points()
 
-    def _log_point_due(self, engine, iteration) -> bool:
-        # Worked out once: the epoch's length is known once the engine runs.
-        if self._log_every is None:
-            self._log_every = log_cadence(self.cfg, engine.state.epoch_length)
-        return iteration % self._log_every == 0
+    def _log_point_due(self, engine) -> bool:
+        """Whether this iteration logs a point. Tested in the handler, not by an event filter,
+        which ignite calls through a wrapper on every iteration."""
+        every = self._log_every
+        if every is None:
+            # Worked out once: the epoch's length is known once the engine runs.
+            every = self._log_every = log_cadence(self.cfg, engine.state.epoch_length)
+        return engine.state.iteration % every == 0
 
     def on_train_iteration(self, trainer, model):
         if not self.cfg.watch_grad or not self.backends:
@@ -314,9 +353,9 @@ class LoggingCallback:
         for backend in self.backends:
             backend.watch(model)
 
-        @trainer.on(Events.ITERATION_COMPLETED(event_filter=self._log_point_due))
+        @trainer.on(Events.ITERATION_COMPLETED)
         def _log_grad_norm(engine):
-            if engine.should_terminate:
+            if not self._log_point_due(engine) or engine.should_terminate:
                 return
             self._log(
                 {"train/grad_norm": _grad_norm(model)},
@@ -340,6 +379,8 @@ class LoggingCallback:
 
         @trainer.on(Events.EPOCH_COMPLETED)
         def _log_epoch(engine):
+            # The epoch's points first, as they happened.
+            self._write_points(now=True)
             record, self._epoch_record = self._epoch_record, {}
             if record:
                 self._log(record, step=engine.state.iteration, epoch=engine.state.epoch)
@@ -355,6 +396,10 @@ class LoggingCallback:
     def finish(self, failed=False):
         """Finish every backend, even when one of them raises, then forget them all."""
         errors = []
+        try:
+            self._write_points(now=True)
+        except Exception as err:
+            errors.append((__name__, err))
         for backend in self.sinks:
             try:
                 backend.finish(failed=failed)

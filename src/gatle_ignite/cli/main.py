@@ -9,7 +9,7 @@ import time
 from collections.abc import Sequence
 from typing import Optional
 
-from gatle_ignite import __version__
+from gatle_ignite._version import __version__
 from gatle_ignite.dispatch import ConfigError, report_config_error
 from gatle_ignite.utils.warning_lines import show_framework_warnings_plainly
 
@@ -346,11 +346,23 @@ def _train(args: argparse.Namespace, paths: list[str]) -> int:
     _check_components(cfg)
     before = last_recorded(cfg.save_dir)
     with train_command():
-        launcher.launch(cfg)
+        launcher.launch(cfg, job=_trial_job(cfg))
     if _trained_beside_another_run(cfg, before, last_recorded(cfg.save_dir)):
         print(f"TRAINING COMPLETE, nothing recorded: {cfg.save_dir} holds another run.")
         return 0
     return end_of_run(cfg, paths[0], args.override, time.monotonic() - args.started)
+
+
+def _trial_job(cfg):
+    """How a sweep's trial trains (its report to the study attached from outside the trainer),
+    or None: the process is no trial, or evaluates."""
+    from gatle_ignite.run.sweep_trial import trial_of_this_process
+
+    if trial_of_this_process() is None or "run" in cfg:
+        return None
+    from gatle_ignite.sweep.pruning import fit_as_trial
+
+    return fit_as_trial
 
 
 def _trained_beside_another_run(cfg, before, after) -> bool:

@@ -44,7 +44,10 @@ def _perf_rows(save_dir: Path, since: float) -> list:
         return []
     records = {}
     with open(path, newline="", encoding="utf-8") as handle:
-        for row in csv.DictReader(handle):
+        header = next(csv.reader(handle), [])
+        # A row per logged value of the whole run: only the lines naming perf/ are parsed.
+        lines = (line for line in handle if PERF_PREFIX in line)
+        for row in csv.DictReader(lines, fieldnames=header):
             name = row.get("name") or ""
             if not name.startswith(PERF_PREFIX):
                 continue

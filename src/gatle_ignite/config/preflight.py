@@ -8,10 +8,10 @@ verdict. What needs a batch (the metrics the engines really produce) is the dry 
 from gatle_ignite.callbacks.logging import BUILTIN_BACKENDS, check_extra_installed
 from gatle_ignite.config.construction import construction_problems
 from gatle_ignite.config.keywords import keyword_problems
+from gatle_ignite.config.topology import topology_fields
 from gatle_ignite.config.validate import check_dispatch
 from gatle_ignite.dispatch import ConfigError, import_entrypoint, import_module_from_path
 from gatle_ignite.enhancements.early_stop import early_stop_settings, unbuilt_engine_error
-from gatle_ignite.launch.world import resolve_topology
 from gatle_ignite.specs import EVAL_SPECS
 from gatle_ignite.trainer.base import BaseTrainer
 from gatle_ignite.trainer.checkpointing import check_warm_start
@@ -129,6 +129,6 @@ def _warm_start_problems(cfg) -> list:
 
 def _topology_problems(cfg) -> list:
     try:
-        return _said(resolve_topology, cfg)
+        return _said(topology_fields, cfg)
     except (TypeError, ValueError) as error:
         return [f"nnodes, node_rank and nproc_per_node must be whole numbers ({error})."]

@@ -17,6 +17,7 @@ __all__ = [
     "get_aug",
     "get_dataset",
     "resolve_collate_fn",
+    "warn_if_eval_padded",
 ]
 
 # The keys of a *_ds_params that build_dataloader reads; get_ds reads the others.
@@ -203,3 +204,25 @@ def build_dataloader(
             stacklevel=2,
         )
     return idist.auto_dataloader(dataset, **kwargs)
+
+
+def warn_if_eval_padded(split: str, dataloader: Any) -> None:
+    """Warn when a loader the framework could not shard exactly scores duplicates under DDP:
+    its sampler pads every rank's shard to the same length."""
+    world = idist.get_world_size()
+    if world <= 1 or dataloader is None:
+        return
+    if isinstance(getattr(dataloader, "sampler", None), ExactDistributedSampler):
+        return
+    dataset = getattr(dataloader, "dataset", None)
+    try:
+        remainder = len(dataset) % world
+    except TypeError:
+        return  # an iterable dataset has no length to check
+    if remainder:
+        warnings.warn(
+            f"{split} split: {len(dataset)} samples do not divide across {world} ranks, so "
+            f"{world - remainder} repeated sample(s) are scored.\n"
+            f"  Build this split with gatle_ignite.build_dataloader to shard it exactly.",
+            stacklevel=2,
+        )

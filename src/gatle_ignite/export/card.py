@@ -10,7 +10,7 @@ from typing import Optional
 
 import torch
 
-import gatle_ignite
+from gatle_ignite._version import __version__
 from gatle_ignite.export import PACKAGES
 from gatle_ignite.export.ranges import taken_text
 from gatle_ignite.export.shapes import Dims
@@ -90,7 +90,7 @@ def _describe(tensor: torch.Tensor) -> str:
 
 
 def _versions(fmt: str) -> str:
-    found = [f"gatle-ignite {gatle_ignite.__version__}", f"torch {torch.__version__}"]
+    found = [f"gatle-ignite {__version__}", f"torch {torch.__version__}"]
     found += [f"{name} {metadata.version(name)}" for name in PACKAGES[fmt]]
     return ", ".join([*found, f"Python {platform.python_version()}"])
 

@@ -10,6 +10,7 @@ from typing import Optional
 import torch
 from ml_collections import config_dict
 
+from gatle_ignite.config.topology import topology_fields
 from gatle_ignite.dispatch import ConfigError
 
 __all__ = [
@@ -33,33 +34,12 @@ _LOCALHOSTS = ("127.0.0.1", "localhost")
 WORLD_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "ROLE_RANK")
 
 
-def _int_field(cfg, field: str, default: Optional[int]) -> Optional[int]:
-    value = cfg.get(field, default)
-    return default if value is None else int(value)
-
-
 def resolve_topology(cfg: config_dict.ConfigDict) -> tuple[int, int, int]:
     """``(nproc_per_node, nnodes, node_rank)``; nproc defaults to the visible GPUs, or 1."""
-    nnodes = _int_field(cfg, "nnodes", 1)
-    if nnodes < 1:
-        raise ConfigError(
-            f"nnodes must be >= 1, got {nnodes}\n  It is the number of machines; 1 for one."
-        )
-    node_rank = _int_field(cfg, "node_rank", 0)
-    if not 0 <= node_rank < nnodes:
-        raise ConfigError(
-            f"node_rank must be in 0..{nnodes - 1} for nnodes={nnodes}, got {node_rank}\n"
-            f"  Give every machine its own index, e.g. --override node_rank=K."
-        )
-    nproc = _int_field(cfg, "nproc_per_node", None)
+    nproc, nnodes, node_rank = topology_fields(cfg)
     if nproc is None:
         gpus = torch.cuda.device_count()
         nproc = gpus if gpus > 0 else 1
-    if nproc < 1:
-        raise ConfigError(
-            f"nproc_per_node must be >= 1, got {nproc}\n"
-            f"  Leave it unset to use every visible GPU (or one process on CPU)."
-        )
     return nproc, nnodes, node_rank
 
 

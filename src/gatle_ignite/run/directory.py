@@ -17,7 +17,9 @@ from typing import Optional
 import ignite.distributed as idist
 import torch
 
+from gatle_ignite.config.base import base_config
 from gatle_ignite.dispatch import ConfigError
+from gatle_ignite.redaction import config_payload
 from gatle_ignite.run import identity, provenance
 from gatle_ignite.run.filesystem import confined, read_confined, remove_quietly, save_dir_error
 from gatle_ignite.run.layout import (
@@ -358,6 +360,24 @@ class RunDirectory:
         self.plan: Optional[Plan] = None
         # Rank 0 keeps the resume checkpoint it loaded while deciding, to load it only once.
         self._loaded = None
+
+    @classmethod
+    def opened(cls, cfg) -> "RunDirectory":
+        """``cfg``'s run directory, opened: the config as run.json records it, against the
+        framework's defaults recorded the same way."""
+        run_dir = cls(cfg, config_payload(cfg), config_payload(base_config()))
+        run_dir.open()
+        return run_dir
+
+    @property
+    def is_open(self) -> bool:
+        """Whether opening gave this process a run to train (not "nothing to do")."""
+        return self.plan is not None and self.plan.action != "nothing"
+
+    @property
+    def keeps_files(self) -> bool:
+        """False for a run that may write nothing into save_dir (see ``_scratch``)."""
+        return self.plan is None or self.plan.action != "scratch"
 
     # ---- opening: every rank calls it, rank 0 decides ----
 

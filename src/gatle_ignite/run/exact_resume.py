@@ -16,7 +16,6 @@ so.
 
 import io
 import itertools
-import random
 import warnings
 from collections import deque
 
@@ -41,6 +40,8 @@ from gatle_ignite.run.worker_state import (
     ReportingCollate,
     RestoringInit,
     has_state,
+    python_random_state,
+    restore_python_random_state,
 )
 
 __all__ = ["ResumableLoader", "ResumeState"]
@@ -72,7 +73,7 @@ def _capture(loader) -> dict:
     """This process's random state, as tensors and plain values (``weights_only`` loads it)."""
     kind, keys, pos, has_gauss, gauss = np.random.get_state()
     state = {
-        "python": random.getstate(),
+        "python": python_random_state(),
         "numpy": {
             "kind": kind,
             "keys": torch.from_numpy(keys.astype(np.int64)),
@@ -89,8 +90,7 @@ def _capture(loader) -> dict:
 
 
 def _restore(state, loader) -> None:
-    version, internal, gauss = state["python"]
-    random.setstate((version, tuple(internal), gauss))
+    restore_python_random_state(state["python"])
     numpy_state = state["numpy"]
     np.random.set_state(
         (

@@ -28,6 +28,7 @@ __all__ = [
     "RECORD_LIMIT",
     "UnsafeFile",
     "confined",
+    "holds_files",
     "leads_out",
     "open_confined",
     "open_regular",
@@ -86,6 +87,11 @@ def leads_out(path: Path) -> Optional[Path]:
     if target == directory or directory in target.parents:
         return None
     return target
+
+
+def holds_files(save_dir) -> bool:
+    """Whether ``save_dir`` is set and holds anything: a run a sink could overwrite."""
+    return bool(save_dir) and os.path.isdir(save_dir) and bool(os.listdir(save_dir))
 
 
 def confined(path) -> Path:

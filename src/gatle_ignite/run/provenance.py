@@ -18,7 +18,7 @@ import ignite
 import ignite.distributed as idist
 import torch
 
-from gatle_ignite import __version__
+from gatle_ignite._version import __version__
 from gatle_ignite.redaction import redact_argv
 
 __all__ = ["GIT_TIMEOUT_S", "code_change", "gather", "git_state", "versions"]

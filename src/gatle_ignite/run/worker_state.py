@@ -7,6 +7,7 @@ predecessor had before the batch it is to make next, and loads nothing twice.
 """
 
 import random
+import struct
 from typing import Optional
 
 import numpy as np
@@ -19,6 +20,8 @@ __all__ = [
     "RestoringInit",
     "WorkerReport",
     "has_state",
+    "python_random_state",
+    "restore_python_random_state",
     "restore_random_state",
     "take_random_state",
 ]
@@ -31,20 +34,35 @@ def has_state(dataset) -> bool:
     )
 
 
+def python_random_state() -> tuple:
+    """Python's global random state, its 625 numbers (each below 2**32) as one bytes object:
+    a checkpoint or a worker's report then pickles one object where it pickled 625."""
+    version, internal, gauss = random.getstate()
+    return version, struct.pack(f"={len(internal)}I", *internal), gauss
+
+
+def restore_python_random_state(state) -> None:
+    """Set Python's global random state from ``python_random_state()`` or, as a checkpoint
+    before it saved it, ``random.getstate()`` (its numbers as a sequence)."""
+    version, internal, gauss = state
+    if isinstance(internal, bytes):
+        internal = struct.unpack(f"={len(internal) // 4}I", internal)
+    random.setstate((version, tuple(internal), gauss))
+
+
 def take_random_state() -> dict:
     """This process's global random state, in plain values ``torch.load(weights_only=True)``
     reads back."""
     _kind, keys, pos, has_gauss, gauss = np.random.get_state()
     return {
-        "python": random.getstate(),
+        "python": python_random_state(),
         "numpy": (keys.tobytes(), int(pos), int(has_gauss), float(gauss)),
         "torch": torch.get_rng_state().numpy().tobytes(),
     }
 
 
 def restore_random_state(state: dict) -> None:
-    version, internal, gauss = state["python"]
-    random.setstate((version, tuple(internal), gauss))
+    restore_python_random_state(state["python"])
     keys, pos, has_gauss, gauss = state["numpy"]
     np.random.set_state(
         ("MT19937", np.frombuffer(keys, dtype=np.uint32).copy(), pos, has_gauss, gauss)

@@ -1,10 +1,12 @@
 """The trial's side of a sweep: report each evaluation's score to the study, stop when pruned.
 
 A run started by a sweep worker learns which trial it is from the environment
-(``run.sweep_trial``). After each evaluation, and after that evaluation's best checkpoint,
-rank 0 reports the score at the epoch and asks the study's pruner whether the trial is clearly
-behind; under DDP the answer is broadcast, so every rank stops at the same point. A pruned run
-ends after that epoch's checkpoint, in state ``pruned``.
+(``run.sweep_trial``), and its ``train`` command trains it through :func:`fit_as_trial`: the
+trainer knows no sweep, the sweep attaches its report from outside. After each evaluation, and
+after that evaluation's best checkpoint, rank 0 reports the score at the epoch and asks the
+study's pruner whether the trial is clearly behind; under DDP the answer is broadcast, so every
+rank stops at the same point. A pruned run ends after that epoch's checkpoint, in state
+``pruned``.
 """
 
 import contextlib
@@ -19,7 +21,7 @@ from gatle_ignite.run.sweep_trial import trial_of_this_process
 from gatle_ignite.sweep.study import build_pruner, open_storage, quiet_optuna, require_optuna
 from gatle_ignite.utils.dist import rank_zero_print
 
-__all__ = ["TrialReport", "attach_trial"]
+__all__ = ["TrialReport", "attach_trial", "fit_as_trial"]
 
 
 class TrialReport:
@@ -59,6 +61,8 @@ class TrialReport:
         if prune:
             self.pruned = True
             self.reason = f"after epoch {epoch}, {self.metric} {value:.5g}"
+            # What run.json records as the way the run ended.
+            trainer._stopped_from_outside = ("pruned", self.reason)
             rank_zero_print(
                 f"PRUNED by the sweep after epoch {epoch}: {self.metric} {value:.5g} is behind "
                 f"the other trials; this epoch's checkpoint is the run's last."
@@ -105,3 +109,17 @@ def attach_trial(trainer) -> Optional[TrialReport]:
     if idist.get_rank() == 0:
         report.open_in_background()
     return report
+
+
+def fit_as_trial(task):
+    """Train ``task`` as this process's sweep trial: ``fit()``, with the report attached after
+    the task's own handlers (its ``attach_runner``, overrides included). A job for
+    ``run_task``, so every rank does it."""
+    attach_runner = task.attach_runner
+
+    def attach_runner_then_report():
+        attach_runner()
+        attach_trial(task)
+
+    task.attach_runner = attach_runner_then_report
+    return task.fit()

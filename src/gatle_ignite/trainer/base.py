@@ -1,7 +1,6 @@
 """BaseTrainer: the training loop, so a task does not have to contain one."""
 
 import contextlib
-import os
 import warnings
 from functools import partial
 
@@ -10,26 +9,22 @@ import torch
 from ignite.engine import Engine, Events
 
 from gatle_ignite.callbacks.backends.text import format_value
-from gatle_ignite.callbacks.run_record import config_payload
-from gatle_ignite.config.base import base_config
+from gatle_ignite.callbacks.logging import tell
 from gatle_ignite.config.validate import validate_config
-from gatle_ignite.data.helpers import ExactDistributedSampler, get_aug, get_dataset
+from gatle_ignite.data.helpers import get_aug, get_dataset, warn_if_eval_padded
 from gatle_ignite.dispatch import ConfigError, call_with_params, import_entrypoint
 from gatle_ignite.enhancements.compile import check_build_model_override, compile_built_model
 from gatle_ignite.enhancements.early_stop import build_early_stoppers
 from gatle_ignite.losses.reading import params_field
 from gatle_ignite.optimizers.grouping import param_group_names
 from gatle_ignite.run.directory import RunDirectory
-from gatle_ignite.run.storage import is_url
 from gatle_ignite.schedulers import attach_scheduler, prep_scheduler
 from gatle_ignite.specs import EVAL_SPECS, TRAIN_SPEC, metrics_field_of
-from gatle_ignite.sweep.pruning import attach_trial
 from gatle_ignite.trainer.checkpointing import (
     attach_checkpoint_writes,
     attach_checkpoints,
     load_checkpoints,
     load_eval_checkpoint,
-    save_iteration_checkpoint,
     score_function,
 )
 from gatle_ignite.trainer.checks import (
@@ -40,19 +35,10 @@ from gatle_ignite.trainer.checks import (
     explain_output_error,
     note_library_error,
 )
-from gatle_ignite.trainer.handlers import (
-    LossAverage,
-    NonFiniteCheck,
-    PreemptionStop,
-    check_every,
-    clear_state,
-    empty_cuda_cache,
-    forced_check_cadences,
-)
-from gatle_ignite.trainer.lifecycle import recorded_run, settle_writes
+from gatle_ignite.trainer.handlers import LossAverage, NonFiniteCheck, clear_state, empty_cuda_cache
+from gatle_ignite.trainer.lifecycle import attach_preemption_stop, recorded_run
 from gatle_ignite.trainer.model_graph import attach_model_graph
-from gatle_ignite.trainer.preemption import REQUEST as PREEMPTION
-from gatle_ignite.trainer.preemption import preemption_signals, shield_workers, stop_at_once
+from gatle_ignite.trainer.preemption import preemption_signals, stop_at_once
 from gatle_ignite.trainer.progress import attach_progress_output, epoch_length_of
 from gatle_ignite.trainer.strategy import ddp_params, distribute, gradient_sync, strategy_of
 from gatle_ignite.trainer.telemetry.epochs import Telemetry
@@ -100,33 +86,25 @@ class BaseTrainer:
         self._post_eval = {}
         # The "latest" Checkpoint that attach_checkpoints builds and fit() registers, or None.
         self._latest = None
-        # Its mid-epoch sibling (save_every_iters, preemption), and the loader wrapper that lets
-        # a run resume at any iteration exactly. Both None when nothing is checkpointed.
-        self._latest_iter = None
-        self._resumable = None
-        # What an iteration checkpoint holds of the trainer's epoch metrics; None likewise.
-        self._epoch_metrics = None
         # Set when a loss or a score goes non-finite, so nothing after it is saved.
         self._diverged = False
         # checkpoint key -> EarlyStop. setup() fills it before anything is checkpointed.
         self._early_stoppers = {}
         # engine key -> the names of the metrics attach_metrics attached to it.
         self._metric_names = {}
-        # The run directory fit() opens, and the handlers attach_runner() adds to the trainer.
-        self.run_dir = None
-        # The run directory the checkpoint handlers were built for: None when a script's setup()
-        # built them before fit() opened one.
-        self._checkpoints_for = None
-        self._nan_check = None
-        self._preemption = None
-        # The report to a sweep's study when this run is one of its trials (sweep.pruning).
-        self._sweep_trial = None
-        # The queue of background checkpoint writes (async_save), or None.
-        self._writes = None
-        # Where the run's time goes (the perf/ records): fit() attaches it; the checkpoint
-        # handlers time their calls into the stopwatch.
+        # The run directory fit() opens; the run's non-finite check and preemption stop.
+        self.run_dir = self._nan_check = self._preemption = None
+        # (state, reason) for run.json when a handler attached from outside (a sweep's pruning)
+        # ended the run.
+        self._stopped_from_outside = None
+        # trainer/checkpointing's: the mid-epoch "latest" (save_every_iters, preemption), the
+        # loader wrapper that resumes at any iteration, what an iteration checkpoint keeps of
+        # the epoch metrics, the background writes (async_save), the stopwatch the telemetry
+        # reads, and the run directory they were built for (None before fit() opened one).
+        self._latest_iter = self._resumable = self._epoch_metrics = None
+        self._writes = self._checkpoint_time = self._checkpoints_for = None
+        # Where the run's time goes (the perf/ records), attached by fit().
         self._telemetry = None
-        self._checkpoint_time = None
         self._built = False
 
     # ---- Hooks: what a task writes ----
@@ -349,10 +327,7 @@ class BaseTrainer:
             from gatle_ignite.callbacks.logging import LoggingCallback
 
             self.logger = LoggingCallback(cfg)
-            # Its backends write into save_dir; a run there is fit()'s to resume, replace or
-            # refuse, so until fit() has opened it they wait.
-            if self._run_is_open() or _is_empty(cfg.get("save_dir")):
-                self.logger.start(keep_files=self._keeps_files())
+            self.logger.start_in(self.run_dir)
         self.build_dataloaders()
         for split, loader in self.dls.items():
             if loader is not None:
@@ -378,22 +353,45 @@ class BaseTrainer:
         return self
 
     def fit(self):
-        """Train: open the run directory, set up, load (weights, resume), run, tear down."""
-        plan = self._open_run()
-        if plan.action == "nothing":
-            rank_zero_print(plan.message)
+        """Train: open the run directory, set up, load (weights, resume), run, record the end."""
+        if self.run_dir is None:
+            self.run_dir = RunDirectory.opened(self.cfg)
+        if not self.run_dir.is_open:
+            rank_zero_print(self.run_dir.plan.message)
             return self
+        cfg = self.cfg
         # One process owns its Ctrl-C: a second stops it at once. A rank of several takes
-        # repeats as one request (a terminal signals every rank and so does the launcher), and
-        # its launcher acts on a second one. Around the teardown too, so a second Ctrl-C there
-        # stops without a traceback.
+        # repeats as one request, and its launcher acts on a second one. Around the teardown
+        # too, so a second Ctrl-C there stops without a traceback.
         repeat = stop_at_once if idist.get_world_size() == 1 else None
         with preemption_signals(on_request=self._on_stop_request, on_repeat=repeat):
             with recorded_run(self):
-                data = self._prepare_fit()
-                self.engines["trainer"].run(
-                    data, max_epochs=self.cfg.max_epochs, epoch_length=self.cfg.train_length
-                )
+                self.setup()
+                # Here, not in setup(): a 0.4 script builds a task to inspect it, never to train.
+                check_scores(cfg, self.eval_specs(), self._metric_names)
+                self._join_run()
+                load_checkpoints(self)
+                trainer = self.engines["trainer"]
+                if cfg.resume:
+                    # What was logged after the checkpoint is trained again: logged once.
+                    tell(self.logger, "rewind", trainer.state.iteration)
+                self._telemetry = Telemetry(self)
+                # First at an epoch's end, so its training time stops before anything else.
+                self._telemetry.attach_clocks(self.engines)
+                attach_model_graph(self, self._telemetry.overhead)
+                self.attach_runner()
+                # After the eval runners, so "latest" holds what that epoch's evaluation changed.
+                attach_checkpoint_writes(self)
+                # After the checkpoint writes, so an epoch's perf/ record includes them.
+                self._telemetry.attach_record(trainer)
+                for stopper in self._early_stoppers.values():
+                    # Under the epoch's block and its perf line: the decision they lead to.
+                    trainer.add_event_handler(Events.EPOCH_COMPLETED, stopper.announce)
+                # Last: a request stops the run after the iteration's or the epoch's checkpoints.
+                self._preemption = attach_preemption_stop(self)
+                self.attach_progress()
+                data = self._resumable if self._resumable is not None else self.dls["train"]
+                trainer.run(data, max_epochs=cfg.max_epochs, epoch_length=cfg.train_length)
         return self
 
     def _on_stop_request(self):
@@ -401,83 +399,16 @@ class BaseTrainer:
         if self._preemption is not None:
             self._preemption.on_signal()
 
-    def _open_run(self):
-        """Open the run directory once (lock, checks, resume choice); returns its plan."""
-        if self.run_dir is None:
-            payload, defaults = config_payload(self.cfg), config_payload(base_config())
-            self.run_dir = RunDirectory(self.cfg, payload, defaults)
-            self.run_dir.open()
-        return self.run_dir.plan
-
-    def _run_is_open(self) -> bool:
-        plan = self.run_dir.plan if self.run_dir is not None else None
-        return plan is not None and plan.action != "nothing"
-
-    def _keeps_files(self) -> bool:
-        """False for a run that may write nothing into save_dir (see RunDirectory._scratch)."""
-        plan = self.run_dir.plan if self.run_dir is not None else None
-        return plan is None or plan.action != "scratch"
-
     def _join_run(self):
-        """Bind what a script's setup() built before fit() opened the run to that run."""
-        from gatle_ignite.callbacks.logging import LoggingCallback
-
-        if isinstance(self.logger, LoggingCallback) and not self.logger.started:
-            self.logger.start(keep_files=self._keeps_files())
+        """Bind what setup() built to the run fit() opened: the logger's sinks, the param
+        groups' names, and the checkpoint handlers when a script's setup() came first."""
+        tell(self.logger, "start_in", self.run_dir)
+        groups = param_group_names(self.optimizer)
+        self.run_dir.note_lr_groups(groups)
+        tell(self.logger, "name_lr_groups", groups)
         if self._checkpoints_for is not self.run_dir:
             attach_checkpoints(self)
             self._checkpoints_for = self.run_dir
-
-    def _tell_logger(self, method, *args, **kwargs):
-        """Call a method of the logger, if it has one: a task's own logger object (or a test's
-        spy) may have only some of 0.4's protocol, and none of the newer methods."""
-        call = getattr(self.logger, method, None)
-        if call is not None:
-            call(*args, **kwargs)
-
-    def _prepare_fit(self):
-        """Build, load, and attach every handler of a training run; returns the data to run."""
-        self.setup()
-        # Here, not in setup(): a 0.4 script builds a task to inspect it, never evaluating it.
-        check_scores(self.cfg, self.eval_specs(), self._metric_names)
-        self._join_run()
-        groups = param_group_names(self.optimizer)
-        self.run_dir.note_lr_groups(groups)
-        self._tell_logger("name_lr_groups", groups)
-        load_checkpoints(self)
-        if self.cfg.resume:
-            # What was logged after the checkpoint is trained again: no history holds it twice.
-            self._tell_logger("rewind", self.engines["trainer"].state.iteration)
-        self._telemetry = Telemetry(self)
-        # First at an epoch's end, so its training time stops before anything else runs.
-        self._telemetry.attach_clocks(self.engines)
-        attach_model_graph(self, self._telemetry.overhead)
-        self.attach_runner()
-        self._sweep_trial = attach_trial(self)
-        trainer = self.engines["trainer"]
-        # After the eval runners, so "latest" holds what that epoch's evaluation changed.
-        attach_checkpoint_writes(self)
-        # After the checkpoint writes, so an epoch's perf/ record includes its checkpoint.
-        self._telemetry.attach_record(trainer)
-        for stopper in self._early_stoppers.values():
-            # Under the epoch's block and its perf line: the decision they lead to.
-            trainer.add_event_handler(Events.EPOCH_COMPLETED, stopper.announce)
-        # Last: a request stops the run after the iteration's or the epoch's checkpoints.
-        self._preemption = PreemptionStop(
-            idist.get_world_size(),
-            save_iteration=lambda engine: self.run_dir.shown(
-                save_iteration_checkpoint(self, engine)
-            ),
-            saved_epoch=lambda: (
-                self.run_dir.shown(self._latest.last_checkpoint) if self._latest else None
-            ),
-            settle=lambda: settle_writes(self),
-        )
-        self._preemption.attach(trainer)
-        self.attach_progress()
-        for loader in self.dls.values():
-            shield_workers(loader)
-        return self._resumable if self._resumable is not None else self.dls["train"]
 
     def evaluate(self, load_checkpoint=True):
         """Load the configured checkpoint, run every eval engine once, return the metrics."""
@@ -504,7 +435,7 @@ class BaseTrainer:
 
     def teardown(self, failed=False):
         """Close every logging backend, marking the run failed when it was."""
-        self._tell_logger("finish", failed=failed)
+        tell(self.logger, "finish", failed=failed)
 
     def build_dataloaders(self):
         """One dataloader per declared engine, from each spec's ``<split>_ds_name``.
@@ -534,26 +465,8 @@ class BaseTrainer:
             self._warn_if_eval_padded(split, self.dls[split])
         return self.dls, self.infos
 
-    @staticmethod
-    def _warn_if_eval_padded(split, dataloader):
-        """Warn when a loader the framework could not shard exactly scores duplicates."""
-        world = idist.get_world_size()
-        if world <= 1 or dataloader is None:
-            return
-        if isinstance(getattr(dataloader, "sampler", None), ExactDistributedSampler):
-            return
-        dataset = getattr(dataloader, "dataset", None)
-        try:
-            remainder = len(dataset) % world
-        except TypeError:
-            return  # an iterable dataset has no length to check
-        if remainder:
-            warnings.warn(
-                f"{split} split: {len(dataset)} samples do not divide across {world} ranks, so "
-                f"{world - remainder} repeated sample(s) are scored.\n"
-                f"  Build this split with gatle_ignite.build_dataloader to shard it exactly.",
-                stacklevel=2,
-            )
+    # Under DDP a loader the framework could not shard exactly scores duplicates: say so.
+    _warn_if_eval_padded = staticmethod(warn_if_eval_padded)
 
     def build_criterion(self):
         """Build ``Loss(**criterion_params)`` on the run's device."""
@@ -679,24 +592,19 @@ class BaseTrainer:
         trainer = self.engines["trainer"]
         # Stop at the first non-finite loss: the weights cannot recover from it. Checked first
         # at an epoch's end, before anything evaluates, saves or logs that epoch.
-        self._nan_check = NonFiniteCheck(
-            every=check_every(self.cfg, self.device),
-            also_at=forced_check_cadences(self.cfg, epoch_length_of(self.cfg, self.dls["train"])),
-            world_size=idist.get_world_size(),
-            preemption=PREEMPTION,
-            on_stop=self._mark_diverged,
-        )
+        length = epoch_length_of(self.cfg, self.dls["train"])
+        self._nan_check = NonFiniteCheck.for_run(self.cfg, self.device, length, self._mark_diverged)
         self._nan_check.attach(trainer)
-        self._tell_logger("follow_losses", self._nan_check)
-        self._tell_logger("on_train_epoch_end", trainer, self.optimizer)
-        self._tell_logger("on_train_iteration", trainer, self.model)
+        tell(self.logger, "follow_losses", self._nan_check)
+        tell(self.logger, "on_train_epoch_end", trainer, self.optimizer)
+        tell(self.logger, "on_train_iteration", trainer, self.model)
         for spec in self.eval_specs():
             self._attach_eval_runner(trainer, spec)
         for stopper in self._early_stoppers.values():
             self._post_eval.setdefault(stopper.spec.key, []).append(stopper)
         # After the evaluations: one record per epoch, every engine's metrics together.
-        self._tell_logger("on_epoch_logged", trainer)
-        self._tell_logger("on_completion", trainer)
+        tell(self.logger, "on_epoch_logged", trainer)
+        tell(self.logger, "on_completion", trainer)
 
     def _mark_diverged(self):
         self._diverged = True
@@ -715,7 +623,7 @@ class BaseTrainer:
             self.run_eval_engine(spec)
 
         # Beside the handler that runs the engine, so no engine runs without being logged.
-        self._tell_logger("on_valid_epoch_end", trainer, engine)
+        tell(self.logger, "on_valid_epoch_end", trainer, engine)
 
     def attach_progress(self):
         """Progress reporting, memory cleanup, and the DDP sampler's epoch."""
@@ -732,11 +640,3 @@ class BaseTrainer:
             trainer.add_event_handler(
                 Events.EPOCH_STARTED, lambda engine: sampler.set_epoch(engine.state.epoch)
             )
-
-
-def _is_empty(save_dir) -> bool:
-    """Whether ``save_dir`` is unset, absent or empty: nothing a backend could overwrite. A URL
-    counts as holding a run: what it holds is known once fit() has opened it."""
-    if is_url(save_dir):
-        return False
-    return not save_dir or not os.path.isdir(save_dir) or not os.listdir(save_dir)

@@ -204,7 +204,7 @@ def attach_checkpoints(trainer) -> None:
     if "run" in cfg:
         return
     # A run beside another run in save_dir (RunDirectory._scratch) saves nothing either.
-    saves = cfg.save_ckpt and trainer._keeps_files()
+    saves = cfg.save_ckpt and (trainer.run_dir is None or trainer.run_dir.keeps_files)
     if saves:
         trainer._resumable = ResumableLoader(lambda: trainer.dls["train"])
     handlers = _Handlers(trainer, _to_save(trainer)) if saves else None

@@ -11,12 +11,14 @@ import math
 import numbers
 import signal
 import warnings
+import weakref
 from typing import Optional
 
 import ignite.distributed as idist
 import torch
 from ignite.engine import Events
 from ignite.metrics import Average
+from ignite.metrics.metric import EpochWise
 
 from gatle_ignite.trainer.preemption import REQUEST as PREEMPTION
 from gatle_ignite.trainer.preemption import Preempted, exit_code_for, leave_mark, signal_name
@@ -27,6 +29,7 @@ __all__ = [
     "LossAverage",
     "NonFiniteCheck",
     "PreemptionStop",
+    "StepLosses",
     "check_every",
     "clear_state",
     "empty_cuda_cache",
@@ -89,8 +92,50 @@ def forced_check_cadences(cfg, epoch_length: Optional[int] = None) -> tuple:
 
 def _scalar_of(value):
     # The sum keeps NaN and inf, so one number per tensor says whether it is all finite.
-    value = value.detach()
+    if value.requires_grad:
+        value = value.detach()
     return value if value.dim() == 0 else value.sum()
+
+
+# engine -> its StepLosses, which lives as long as the engine does.
+_STEP_LOSSES = weakref.WeakKeyDictionary()
+
+
+class StepLosses:
+    """The trainer's per-step bookkeeping of its losses, one ``ITERATION_COMPLETED`` handler:
+    each loss tensor of the step is detached once and handed to the loss averages and the
+    non-finite check, which read them later. As handlers of their own, ignite would call each
+    of them every iteration, and each would detach the same tensors again.
+    """
+
+    def __init__(self):
+        self.averages = []
+        self.check = None
+
+    @classmethod
+    def of(cls, engine) -> "StepLosses":
+        """The engine's bookkeeping, attached on first use."""
+        found = _STEP_LOSSES.get(engine)
+        if found is None:
+            found = _STEP_LOSSES[engine] = cls()
+            engine.add_event_handler(Events.ITERATION_COMPLETED, found)
+        return found
+
+    def __call__(self, engine) -> None:
+        losses = engine.state.output.get("losses", {})
+        detached, seen = {}, {}
+        for key, value in losses.items():
+            if isinstance(value, torch.Tensor):
+                # A one-term total is its term: the same tensor under two keys, detached once.
+                kept = seen.get(id(value))
+                if kept is None:
+                    kept = seen[id(value)] = value.detach()
+                value = kept
+            detached[key] = value
+        for average in self.averages:
+            average.keep(detached[average.key], engine)
+        if self.check is not None:
+            self.check.record(engine, tuple(detached.values()))
 
 
 class NonFiniteCheck:
@@ -128,6 +173,18 @@ class NonFiniteCheck:
         self._listeners = []
         self._read_pairs = []
 
+    @classmethod
+    def for_run(cls, cfg, device, epoch_length: Optional[int], on_stop) -> "NonFiniteCheck":
+        """The check a training run of ``cfg`` makes: every ``check_every`` steps, and first
+        wherever something is saved or shown; every rank agrees, a preemption request too."""
+        return cls(
+            every=check_every(cfg, device),
+            also_at=forced_check_cadences(cfg, epoch_length),
+            world_size=idist.get_world_size(),
+            preemption=PREEMPTION,
+            on_stop=on_stop,
+        )
+
     @property
     def checked_through(self) -> int:
         return self._checked_at
@@ -136,14 +193,15 @@ class NonFiniteCheck:
         self._listeners.append(listener)
 
     def attach(self, engine) -> None:
-        engine.add_event_handler(Events.ITERATION_COMPLETED, self.record)
+        StepLosses.of(engine).check = self
         engine.add_event_handler(Events.EPOCH_COMPLETED, self.check_now)
 
-    def record(self, engine) -> None:
-        """Keep this step's losses; check when a check point is due."""
+    def record(self, engine, losses: tuple) -> None:
+        """Keep this step's losses (StepLosses hands them over); check when a check point is
+        due."""
         # The values as they are: sorting them out waits for the read, off the per-step path.
         iteration = engine.state.iteration
-        self._pending.append((iteration, tuple(engine.state.output.get("losses", {}).values())))
+        self._pending.append((iteration, losses))
         if iteration >= self._due:
             # Past it only on the first step of a resumed run, which is no check point.
             due, self._due = self._due, self._next_due(iteration)
@@ -250,20 +308,35 @@ class LossAverage(Average):
         self.key = key
         super().__init__(output_transform=lambda output: output["losses"][key])
 
+    def attach(self, engine, name, usage=EpochWise.usage_name):
+        super().attach(engine, name, usage)
+        # Its per-step part runs in the engine's StepLosses, not as a handler of its own.
+        if engine.has_event_handler(self.iteration_completed, Events.ITERATION_COMPLETED):
+            engine.remove_event_handler(self.iteration_completed, Events.ITERATION_COMPLETED)
+            averages = StepLosses.of(engine).averages
+            if all(average is not self for average in averages):
+                averages.append(self)
+
+    def detach(self, engine, usage=EpochWise.usage_name):
+        ledger = _STEP_LOSSES.get(engine)
+        if ledger is not None:
+            ledger.averages = [average for average in ledger.averages if average is not self]
+        super().detach(engine, usage)
+
     def reset(self):
         super().reset()
         self._pending = []
 
-    def iteration_completed(self, engine):
+    def keep(self, value, engine) -> None:
+        """Keep this step's loss, detached (StepLosses hands it over)."""
         # What ignite's version does for a loss, without its no_grad region, output parsing
         # and reinit wrapper: a step's scalar loss goes straight onto the list. Anything else
         # (a number, per-sample losses) takes ignite's own path and rules.
-        value = engine.state.output["losses"][self.key]
         if isinstance(value, torch.Tensor) and value.dim() == 0:
-            self._pending.append(value.detach())
+            self._pending.append(value)
             self.num_examples += 1
         else:
-            super().iteration_completed(engine)
+            self.iteration_completed(engine)
 
     def compute(self):
         if self._pending:

@@ -1,21 +1,32 @@
 """How a training run ends, as its backends and its run directory record it.
 
-``fit()`` runs inside :func:`recorded_run`: whatever ends the run (completion, an early stop,
-divergence, preemption, an interruption, a crash), a checkpoint still being written is waited
-for, ``run.json`` gets the run's state, every backend is finished (as failed after an
-exception), and the lock is released. The state is recorded before the backends finish, since
-finishing one can take seconds (a W&B or MLflow upload) and a process killed then must not leave
-its run "running".
+A run stopped by a signal ends through the stop :func:`attach_preemption_stop` adds: its
+checkpoint written, then ``Preempted`` raised. ``fit()`` runs inside :func:`recorded_run`:
+whatever ends the run (completion, an early stop, divergence, preemption, an interruption, a
+crash), a checkpoint still being written is waited for, ``run.json`` gets the run's state, every
+backend is finished (as failed after an exception), and the lock is released. The state is
+recorded before the backends finish, since finishing one can take seconds (a W&B or MLflow
+upload) and a process killed then must not leave its run "running".
 """
 
 import contextlib
 import warnings
 
+import ignite.distributed as idist
+
+from gatle_ignite.trainer.checkpointing import save_iteration_checkpoint
 from gatle_ignite.trainer.first_failure import first_failure
-from gatle_ignite.trainer.preemption import Interrupted, Preempted
+from gatle_ignite.trainer.handlers import PreemptionStop
+from gatle_ignite.trainer.preemption import Interrupted, Preempted, shield_workers
 from gatle_ignite.utils.dist import rank_zero_print
 
-__all__ = ["EXIT_DIVERGED", "outcome", "recorded_run", "settle_writes"]
+__all__ = [
+    "EXIT_DIVERGED",
+    "attach_preemption_stop",
+    "outcome",
+    "recorded_run",
+    "settle_writes",
+]
 
 # sysexits' EX_DATAERR: the run's settings or data made its loss or score non-finite. Not 75
 # (a requeue would diverge again) and not 1 (nothing crashed): `gatle-ignite train` and
@@ -33,6 +44,26 @@ def settle_writes(trainer, quietly: bool = False) -> None:
         if not quietly:
             raise
         warnings.warn(f"the last checkpoint write failed: {error!r}", stacklevel=2)
+
+
+def attach_preemption_stop(trainer) -> PreemptionStop:
+    """Attach the stop a preemption request ends the run with: after every other handler of
+    the iteration or the epoch, so their checkpoints come first. Loader workers are shielded
+    from the signal, so they live until that checkpoint is written."""
+    stop = PreemptionStop(
+        idist.get_world_size(),
+        save_iteration=lambda engine: trainer.run_dir.shown(
+            save_iteration_checkpoint(trainer, engine)
+        ),
+        saved_epoch=lambda: (
+            trainer.run_dir.shown(trainer._latest.last_checkpoint) if trainer._latest else None
+        ),
+        settle=lambda: settle_writes(trainer),
+    )
+    stop.attach(trainer.engines["trainer"])
+    for loader in trainer.dls.values():
+        shield_workers(loader)
+    return stop
 
 
 def _stop_telemetry(trainer, quietly: bool = False) -> None:
@@ -56,9 +87,8 @@ def outcome(trainer) -> tuple:
         return "diverged", f"non-finite loss at iteration {check.first_bad}"
     if trainer._diverged:
         return "diverged", f"non-finite score at epoch {state.epoch}"
-    trial = getattr(trainer, "_sweep_trial", None)
-    if trial is not None and trial.pruned:
-        return "pruned", trial.reason
+    if trainer._stopped_from_outside is not None:
+        return trainer._stopped_from_outside
     for stopper in trainer._early_stoppers.values():
         if stopper.stopped:
             return "early-stopped", stopper.reason()

@@ -16,12 +16,14 @@ from typing import Optional
 import ignite
 import torch
 
-import gatle_ignite
-
 __all__ = ["add_note", "library_frame", "library_note", "where_raised"]
 
 # Frames inside these say where a failure surfaced, not which code caused it.
-_CARRIERS = tuple(str(Path(module.__file__).parent) for module in (torch, ignite, gatle_ignite))
+# This package's folder is the one above utils/.
+_CARRIERS = (
+    *(str(Path(module.__file__).parent) for module in (torch, ignite)),
+    str(Path(__file__).parents[1]),
+)
 
 
 def _installed_dirs() -> tuple:

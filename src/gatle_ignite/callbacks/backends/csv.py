@@ -47,7 +47,8 @@ class Backend(BaseBackend):
         return self.file
 
     def log(self, metrics, step=None, epoch=None):
-        now, epoch, step = time.time(), _cell(epoch), _cell(step)
+        # The cells every row shares, as text once: the writer would format them row by row.
+        now, epoch, step = str(time.time()), str(_cell(epoch)), str(_cell(step))
         rows = [(now, epoch, step, name, _cell(value)) for name, value in metrics.items()]
         with writing_into(self.save_dir):
             self.writer.writerows(rows)

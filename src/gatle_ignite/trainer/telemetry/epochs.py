@@ -30,6 +30,7 @@ import ignite.distributed as idist
 import torch
 from ignite.engine import Events
 
+from gatle_ignite.callbacks.logging import tell
 from gatle_ignite.dispatch import ConfigError
 from gatle_ignite.run.storage import local_dir
 from gatle_ignite.trainer.telemetry.devices import (
@@ -206,8 +207,12 @@ class Telemetry:
         if memory is not None:
             record["perf/peak_memory_mb"] = memory
         record.update(self._throughput(iterations, train, first=engine.state.epoch == 1))
-        self.trainer._tell_logger(
-            "log", record, step=engine.state.iteration, epoch=engine.state.epoch
+        tell(
+            self.trainer.logger,
+            "log",
+            record,
+            step=engine.state.iteration,
+            epoch=engine.state.epoch,
         )
 
     def _largest_over_ranks(self, share: float) -> tuple:
