@@ -2,6 +2,7 @@
 
 import os
 import signal
+import socket
 import sys
 import time
 from pathlib import Path
@@ -13,6 +14,19 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from tests.toy.config import toy_config  # noqa: E402, F401  (re-exported for tests)
+
+# How long a child process, or a wait for what it prints or writes, may take before a test takes
+# it for hung. Not a speed check: a 2-rank run that takes 15 s on a quiet 2-core machine took
+# 10 minutes at a load of 17, and a test may take longer, never fail for it.
+HANG_S = 3600
+
+
+def free_port() -> int:
+    """A TCP port that no process listens on, as the system picks one (a random one could be
+    taken by another test run on the same machine)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
 
 
 def child_env(**extra) -> dict:
@@ -77,10 +91,25 @@ def count_stdout_writes(monkeypatch):
     return install
 
 
+@pytest.fixture(scope="module")
+def postgres():
+    """A PostgreSQL server of the module's own (tests.postgres_server), stopped after it."""
+    from tests.postgres_server import PostgresServer, find_bindir
+
+    bindir = find_bindir()
+    if bindir is None:
+        pytest.skip("PostgreSQL's initdb and pg_ctl are not installed (PG_BINDIR to point at them)")
+    server = PostgresServer(bindir).start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
 def no_process_left(group) -> bool:
-    """Whether every process of a child's session (``group``) is gone within 10 s; any left
-    are killed."""
-    deadline = time.monotonic() + 10
+    """Whether every process of a child's session (``group``) ends by itself (within HANG_S:
+    a loaded machine can take long to end them); any left then are killed."""
+    deadline = time.monotonic() + HANG_S
     while time.monotonic() < deadline:
         try:
             os.killpg(group, 0)

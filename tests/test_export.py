@@ -21,7 +21,7 @@ from gatle_ignite.dispatch import ConfigError
 from gatle_ignite.run.directory import eval_checkpoint
 from gatle_ignite.run.loading import load_weights
 from gatle_ignite.run.sharded import ShardedCheckpoint
-from tests.conftest import ROOT, child_env
+from tests.conftest import HANG_S, ROOT, child_env
 from tests.toy.config import toy_config
 from tests.toy.config_file import write_toy_config
 from tests.toy.model import Model as ToyModel
@@ -386,18 +386,15 @@ def _export_process(config, out):
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(300)
 def test_an_export_killed_while_writing_leaves_no_dir(tmp_path):
     config, _save_dir = _toy(tmp_path)
     out = tmp_path / "exported"
     process = _export_process(config, out)
-    deadline = time.monotonic() + 120
     while not list(tmp_path.glob(".exported.partial-*")):
         assert process.poll() is None, "the export ended before it was seen writing"
-        assert time.monotonic() < deadline
         time.sleep(0.01)
     os.killpg(process.pid, signal.SIGKILL)
-    process.wait(timeout=60)
+    process.wait(timeout=HANG_S)
     assert not out.exists()
     # The next export is not stopped by what the killed one left.
     assert _export(config, [], "onnx", out) == 0
@@ -405,7 +402,6 @@ def test_an_export_killed_while_writing_leaves_no_dir(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(600)
 def test_a_checkpoint_two_ranks_sharded_exports_in_one_process(tmp_path, capsys):
     fields = {
         "save_dir": str(tmp_path / "run"),
@@ -422,7 +418,7 @@ def test_a_checkpoint_two_ranks_sharded_exports_in_one_process(tmp_path, capsys)
         env=child_env(),
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=HANG_S,
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     best = next((tmp_path / "run").glob("valid_best_result_checkpoint_*.dcp"))

@@ -16,7 +16,7 @@ from gatle_ignite.dispatch import ConfigError
 from gatle_ignite.trainer.telemetry import epochs, flops
 from gatle_ignite.trainer.telemetry.devices import peak_tflops_of
 from gatle_ignite.utils.checkpoints import find_latest_checkpoint
-from tests.conftest import ROOT, child_env
+from tests.conftest import HANG_S, ROOT, child_env
 from tests.toy.config_file import write_toy_config
 from tests.toy.trainer import Trainer
 
@@ -342,7 +342,7 @@ def _two_ranks(tmp_path, name, *overrides):
         cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=240,
+        timeout=HANG_S,
         env=child_env(OMP_NUM_THREADS="1"),
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
@@ -350,7 +350,6 @@ def _two_ranks(tmp_path, name, *overrides):
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(600)
 def test_two_ranks_log_once_count_their_share_and_train_the_same(tmp_path):
     save_dir, out = _two_ranks(tmp_path, "counted")
     rows = _perf(save_dir)
@@ -367,7 +366,6 @@ def test_two_ranks_log_once_count_their_share_and_train_the_same(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(600)
 def test_fsdp_ranks_count_flops_and_profile(tmp_path):
     config = ROOT / "examples" / "sharded_lm" / "configs" / "sharded_lm_v0.py"
     save_dir = tmp_path / "run"
@@ -378,7 +376,7 @@ def test_fsdp_ranks_count_flops_and_profile(tmp_path):
         cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=480,
+        timeout=HANG_S,
         env=child_env(OMP_NUM_THREADS="1"),
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
