@@ -6,12 +6,15 @@ hand, trains the same run.
 """
 
 import ast
+import csv
+import math
 import shlex
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
+from gatle_ignite.callbacks.backends.csv import FILE_NAME as HISTORY_FILE
 from gatle_ignite.redaction import redact_argv
 from gatle_ignite.run.manifest import Manifest
 from gatle_ignite.trainer.preemption import EXIT_PREEMPTED
@@ -19,6 +22,7 @@ from gatle_ignite.trainer.preemption import EXIT_PREEMPTED
 __all__ = [
     "TRIAL_PREFIX",
     "Outcome",
+    "logged_scores",
     "outcome_of",
     "param_override",
     "shown_command",
@@ -132,3 +136,23 @@ def _reason_from_output(exit_code: int, lines: list) -> str:
         return f"killed by signal {-exit_code}"
     last = lines[-1] if lines else "no output"
     return f"exit code {exit_code}: {last}"
+
+
+def logged_scores(save_dir, metric: str) -> dict:
+    """``{epoch: value}`` of ``metric`` in the run's ``metrics.csv``: the finite scores it
+    evaluated, the last of each epoch (a resume drops the rows it trains again)."""
+    scores = {}
+    try:
+        with open(Path(save_dir) / HISTORY_FILE, newline="", encoding="utf-8") as handle:
+            for row in csv.DictReader(handle):
+                if row.get("name") != metric:
+                    continue
+                try:
+                    epoch, value = int(float(row["epoch"])), float(row["value"])
+                except (KeyError, TypeError, ValueError):
+                    continue
+                if math.isfinite(value):
+                    scores[epoch] = value
+    except (OSError, csv.Error):
+        return {}
+    return scores
