@@ -1,6 +1,16 @@
-"""Checkpoint save time of a ~100 M parameter model, against a bare ``torch.save``.
+"""Checkpoint save time of a ~100 M parameter model, against a bare ``torch.save``; and what an
+epoch's boundary and a run's end cost on the bench task, against a bare loop's.
 
     python -m bench.checkpoint [--reps 12] [--dir DIR]
+    python -m bench.checkpoint --boundary [--reps 5]
+
+Epoch boundaries (``--boundary``, also run by ``bench.run_all``): the bench config with the usual
+extras (progress lines, metrics.csv, the latest checkpoint at every epoch's end, no evaluation)
+against a bare loop that saves the same model and optimizer with ``torch.save`` and prints a
+line at every epoch's end. Each process measures its own CPU time (``time.process_time``) from
+an epoch's last step to the next epoch's first (the median over 12 epochs), and from the last
+step to the end of the run (gatle-ignite's includes its summary; the bench's own final-loss
+pass is left out). Processes alternate, and each ratio is paired by repetition.
 
 One process trains the bench config with ``bench.tasks.wide_mlp`` (101 M parameters, AdamW,
 so the file holds weights and both moments) for one iteration, then alternates the "latest"
@@ -21,6 +31,10 @@ from pathlib import Path
 from bench import common
 
 SAVE_LIMIT = 1.2
+BOUNDARY_LIMIT, END_LIMIT = 1.3, 1.2
+BOUNDARY_EPOCHS = 12
+# The usual extras, without an evaluation: the boundary is then the checkpoint and the records.
+USUAL = ("logger_name=['csv']", "every_val=0", "score_name=None")
 OVERRIDES = (
     "max_epochs=1",
     "train_length=1",
@@ -52,7 +66,15 @@ def _crossover(gatle, bare, index):
     return common.median(pairs or ratios)
 
 
-def child(_name, args):
+def child(name, args):
+    if name == "bare":
+        return boundary_bare()
+    if name == "gatle":
+        return boundary_gatle()
+    return save_child(args)
+
+
+def save_child(args):
     import torch
 
     from bench.tasks.trainer import Trainer
@@ -93,8 +115,64 @@ def child(_name, args):
     return {"times": times, "sizes": sizes, "parameters": parameters}
 
 
-def run(reps=None, directory=None):
+def boundary_bare():
+    """The bare loop: ``torch.save`` of the model and optimizer and a line per epoch."""
+    import torch
+
+    tensors, train, model, optimizer = common.seeded_task()
+    boundaries, last_end = [], None
+    with tempfile.TemporaryDirectory(prefix="gatle-bench-bare-") as tmp:
+        for epoch in range(1, BOUNDARY_EPOCHS + 1):
+            for index, (x, y) in enumerate(train):
+                if index == 0 and last_end is not None:
+                    boundaries.append(time.process_time() - last_end)
+                loss = common.bare_step(model, optimizer, x, y)
+                last_end = time.process_time()
+            print(f"epoch {epoch}: train/loss {float(loss):.4f}")
+            state = {"model": model.state_dict(), "optimizer": optimizer.state_dict()}
+            torch.save(state, Path(tmp) / "latest.pt")
+        end = time.process_time() - last_end
+    return {"boundary": common.median(boundaries), "end": end}
+
+
+def boundary_gatle():
+    """``gatle-ignite train`` with the usual extras, the bench trainer timing its boundaries."""
+    os.environ[common.BOUNDARY_ENV] = "1"
+    record = common.run_gatle((*USUAL, f"max_epochs={BOUNDARY_EPOCHS}"))
+    # After main() returned: the run's end, the summary included, less the bench's own pass.
+    end = time.process_time() - record["last_step_end"] - record["record_cpu"]
+    return {"boundary": common.median(record["boundaries"]), "end": end}
+
+
+def run_boundary(reps=None):
+    """Epoch boundaries and the run's end against the bare loop's; returns the checks."""
+    print("== epoch boundary and end of run ==")
+    variants = {"bare": "bare loop + torch.save, print", "gatle": "gatle-ignite, usual extras"}
+    results = common.interleaved("bench.checkpoint", list(variants), reps or 5, ["--boundary"])
+    rows, checks = [], []
+    for what, limit in (("boundary", BOUNDARY_LIMIT), ("end", END_LIMIT)):
+        values = {name: [r[what] for r in results[name]] for name in variants}
+        ratio = common.paired_ratio(values["gatle"], values["bare"])
+        cells = [f"{common.median(values[n]) * 1e3:.2f}" for n in variants]
+        rows.append([what, *cells, f"{ratio:.2f}x", f"{common.spread(values['gatle']):.0f}%"])
+        label = "epoch boundary" if what == "boundary" else "end of run"
+        checks.append(common.Check(f"checkpoint: {label} vs a bare loop's, CPU", ratio, limit))
+    headers = ["CPU", *(f"{label} ms" for label in variants.values()), "ratio", "±"]
+    text = common.table(headers, rows)
+    print(text)
+    return text, checks
+
+
+def run(reps=None, directory=None, boundary=False):
     """Measure, print the table, return the checks (bench.run_all calls this)."""
+    if boundary:
+        return run_boundary(reps)
+    text, checks = run_save(reps, directory)
+    more, found = run_boundary(None)
+    return f"{text}\n\n{more}", checks + found
+
+
+def run_save(reps=None, directory=None):
     print("== checkpoint ==")
     args = (["--reps", str(reps)] if reps else []) + (["--dir", directory] if directory else [])
     result = common.run_child("bench.checkpoint", "all", args)
@@ -115,5 +193,8 @@ def run(reps=None, directory=None):
 
 
 if __name__ == "__main__":
-    options = [("--dir", {"dest": "directory", "help": "where the files go (default: /tmp)"})]
+    options = [
+        ("--dir", {"dest": "directory", "help": "where the files go (default: /tmp)"}),
+        ("--boundary", {"action": "store_true", "help": "only the epoch boundary and run's end"}),
+    ]
     common.main(__doc__, run, child, options)

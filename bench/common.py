@@ -22,6 +22,8 @@ RECORD_ENV = "GATLE_BENCH_RECORD"
 FIRST_ITERATION_ENV = "GATLE_BENCH_FIRST_ITERATION"
 # "reads" or "syncs": the bench Trainer counts the loop's host reads (bench/reads.py).
 COUNT_ENV = "GATLE_BENCH_COUNT"
+# Set, the bench Trainer also times its epoch boundaries and its end in CPU (bench/checkpoint.py).
+BOUNDARY_ENV = "GATLE_BENCH_BOUNDARY"
 # An older checkout's src/: its variants run beside the current ones as "<variant>@<commit>".
 BASELINE_ENV = "GATLE_BENCH_BASELINE"
 
@@ -165,7 +167,7 @@ def child_env(variant=""):
     baseline variant imports gatle_ignite from the baseline checkout."""
     env = dict(os.environ)
     env.update({"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"})
-    for name in (RECORD_ENV, FIRST_ITERATION_ENV, COUNT_ENV):
+    for name in (RECORD_ENV, FIRST_ITERATION_ENV, COUNT_ENV, BOUNDARY_ENV):
         env.pop(name, None)
     if "@" in variant:
         env["PYTHONPATH"] = os.pathsep.join([os.environ[BASELINE_ENV], str(ROOT)])

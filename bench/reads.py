@@ -20,9 +20,12 @@ VARIANTS = {
     "k1": "check_every=1",
     "k8": "check_every=8",
     "k32": "check_every=32",
+    "k16_logged": "check_every=16, metrics.csv points every iteration (log_every unset)",
 }
 # Reads inside an iteration, at most: one per check. The default is 1 for one CPU process.
-TARGETS = {"default": 1.0, "k1": 1.0, "k8": 1 / 8, "k32": 1 / 32}
+TARGETS = {"default": 1.0, "k1": 1.0, "k8": 1 / 8, "k32": 1 / 32, "k16_logged": 1 / 16}
+# Reads per iteration in all (epoch ends included) where a logged point falls on every one.
+LOGGED_LIMIT = 0.2
 
 
 def count(overrides, config=common.CONFIG, syncs=False):
@@ -33,6 +36,10 @@ def count(overrides, config=common.CONFIG, syncs=False):
 
 def child(variant, _args):
     name = variant.partition("@")[0]
+    if name == "k16_logged":
+        # The bench task's 32-iteration epoch makes log_every 1: a point at every iteration.
+        logged = ["check_every=16", "logger_name=['csv']", "every_val=0", "save_ckpt=False"]
+        return count([*logged, "score_name=None", "max_epochs=10"])
     every = [] if name == "default" else [f"check_every={name[1:]}"]
     return count([*common.EXTRAS_OFF, f"max_epochs={EPOCHS}", *every])
 
@@ -57,12 +64,19 @@ def rows_and_checks(results, labels, targets, prefix):
 def run(reps=None):
     """Measure, print the table, return the checks (bench.run_all calls this)."""
     print("== host reads per training iteration ==")
-    names = common.with_baseline(VARIANTS, ("default",))
+    names = common.with_baseline(VARIANTS, ("default", "k16_logged"))
     results = common.interleaved("bench.reads", names, reps or 1)
     text, checks = rows_and_checks(
         {name: values[0] for name, values in results.items()}, VARIANTS, TARGETS, "reads"
     )
     print(text)
+    for name, values in results.items():
+        if name.partition("@")[0] == "k16_logged":
+            reads = values[0]
+            overall = (reads["iteration"] + reads["between"]) / reads["iterations"]
+            limit = None if "@" in name else LOGGED_LIMIT
+            label = f"reads: {common.label(VARIANTS, name)}, per iteration in all"
+            checks.append(common.Check(label, overall, limit, unit=""))
     return text, checks
 
 

@@ -36,6 +36,7 @@ def _check(example, script, *args):
 
 # The longest first (on a 2-core CPU), so that examples run at once finish close together.
 STEPS = {
+    "causal_lm": [_train("causal_lm"), _check("causal_lm", "checks")],
     "sharded_lm": [_train("sharded_lm"), _check("sharded_lm", "checks")],
     "teacher_student": [
         _train("teacher_student"),
@@ -60,6 +61,7 @@ STEPS = {
         _check("translation", "checks"),
     ],
     "digits": [_train("digits"), _check("digits", "checks")],
+    "resnet_digits": [_train("resnet_digits"), _check("resnet_digits", "checks")],
     "gan": [_train("gan"), _check("gan", "verify")],
     "contrastive": [_train("contrastive"), _check("contrastive", "probe_check")],
     "ema": [_train("ema"), _check("ema", "verify")],

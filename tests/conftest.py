@@ -1,19 +1,27 @@
 """Shared fixtures: a tiny task config, and the repository root on sys.path."""
 
 import os
+import resource
 import signal
 import socket
+import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
+import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from tests.toy.config import toy_config  # noqa: E402, F401  (re-exported for tests)
+
+# One torch thread in the test process: the suite often runs on a busy machine, where a run
+# with more would rightly warn that its threads outnumber the free cores. The tests of that
+# warning set their own count.
+torch.set_num_threads(1)
 
 # How long a child process, or a wait for what it prints or writes, may take before a test takes
 # it for hung. Not a speed check: a 2-rank run that takes 15 s on a quiet 2-core machine took
@@ -38,6 +46,30 @@ def child_env(**extra) -> dict:
     env["PYTHONUNBUFFERED"] = "1"
     env.update(extra)
     return env
+
+
+# What a capped child may map: the interpreter, torch and a command's own work, far below what a
+# command that trusts a hostile file would ask for.
+CAPPED_BYTES = 6 << 30
+
+
+def run_capped(argv: list) -> subprocess.CompletedProcess:
+    """``argv`` in a child process with its address space capped and its time bounded (a hang
+    guard, not a speed target): for a command that, broken, would take the machine's memory or
+    wait forever. Its output is captured as text."""
+
+    def cap_memory():
+        resource.setrlimit(resource.RLIMIT_AS, (CAPPED_BYTES, CAPPED_BYTES))
+
+    return subprocess.run(
+        argv,
+        cwd=ROOT,
+        env=child_env(),
+        capture_output=True,
+        text=True,
+        timeout=HANG_S,
+        preexec_fn=cap_memory,
+    )
 
 
 @pytest.fixture

@@ -98,11 +98,11 @@ def test_score_factor_minus_one_keeps_the_lowest_metric(make_cfg, tmp_path):
     ]
 
 
-def test_an_equal_score_leaves_the_best_file_at_the_earliest_epoch(make_cfg, tmp_path):
-    # Only a strictly better score is an improvement, as early stopping counts it.
+def test_an_equal_score_moves_the_best_file_to_the_newest_epoch(make_cfg, tmp_path):
+    # 0.4's rule (CONTRACT 7.2): the best Checkpoint keeps the newest of equal scores.
     Trainer(0, make_cfg(max_epochs=3, val_metrics=_scripted([0.5]))).fit()
     assert [f for f in _files(tmp_path / "run") if "best" in f] == [
-        "valid_best_result_checkpoint_1_0.5000.pt"
+        "valid_best_result_checkpoint_3_0.5000.pt"
     ]
 
 

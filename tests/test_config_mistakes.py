@@ -399,3 +399,27 @@ def test_train_names_a_bad_dotted_path_before_anything_else(tmp_path, capsys):
     err = _config_error(capsys, argv)
     assert "do not resolve" in err and "nowhere.model" in err
     assert fixture_trainer.CALLS == [] and not (tmp_path / "cfg_run").exists()
+
+
+def test_an_import_failing_inside_a_library_shows_its_underlying_error(tmp_path, capsys):
+    # A library importing lazily, as transformers does, when torchvision does not match torch.
+    (tmp_path / "lazylib").mkdir()
+    (tmp_path / "lazylib" / "__init__.py").write_text(
+        "try:\n"
+        "    raise RuntimeError('operator torchvision::nms does not exist\\nmore detail')\n"
+        "except RuntimeError as e:\n"
+        "    raise ModuleNotFoundError(\n"
+        "        \"Could not import module 'GPT2LMHeadModel'. Are this object's requirements "
+        'defined correctly?"\n'
+        "    ) from e\n"
+    )
+    (tmp_path / "lm_model.py").write_text("import lazylib\n\nModel = None\n")
+    path = write_config(tmp_path)
+    argv = ["config", f"--config={path}", "--override=model_name=lm_model"]
+    err = _config_error(capsys, argv)
+    assert (
+        "could not import 'lm_model' (from config field 'model_name'): Could not import module "
+        "'GPT2LMHeadModel'. Are this object's requirements defined correctly?\n"
+        "  Underlying error: RuntimeError: operator torchvision::nms does not exist\n" in err
+    )
+    assert "more detail" not in err

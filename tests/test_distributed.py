@@ -10,6 +10,7 @@ import sys
 import pytest
 import torch
 
+from gatle_ignite.trainer.lifecycle import EXIT_DIVERGED
 from tests.conftest import HANG_S, ROOT, free_port, no_process_left
 from tests.toy.config import toy_config
 from tests.toy.trainer import Trainer
@@ -71,10 +72,12 @@ def test_two_processes_train_the_synthetic_task(tmp_path):
             "--override=main_runner='tests.toy.dist_trainer'",
             # Per-iteration points too rare to read the loss for the progress lines.
             "--override=log_every=100",
+            # Every progress line, off a terminal too.
+            "--override=progress_seconds=0",
             *GLOO,
         )
     )
-    assert out.count("MODEL: ") == 1 and out.count("RUN COMPLETED: ") == 1
+    assert out.count("MODEL: ") == 1 and out.count("TRAINING COMPLETE after ") == 1
     assert out.count(" TRAIN epoch 1: ") == 10
     # Under DDP the loss is read every 64 iterations, and at each progress line: every line of
     # the first epoch (32 iterations) shows the loss of its own iteration.
@@ -95,9 +98,25 @@ def _acc(out):
     return float(re.search(r"^valid/acc: (\S+)$", out, re.M).group(1))
 
 
+def _valid_lines(out):
+    return sorted(line for line in out.splitlines() if line.startswith("valid/"))
+
+
 def test_evaluating_an_uneven_split_on_two_ranks_gives_the_one_process_metric(tmp_path):
     save_dir = tmp_path / "run"
-    fields = {"save_dir": str(save_dir), "valid_ds_params": {"n": 127, "bs": 16, "seed": 1}}
+    builtin = {
+        name: {"cls_name": f"gatle_ignite.metrics.{name}", "params": params}
+        for name, params in (
+            ("f1", {}),
+            ("loss", {"tgt_name": "labels"}),
+            ("top_k_accuracy", {"k": 2}),
+        )
+    }
+    fields = {
+        "save_dir": str(save_dir),
+        "valid_ds_params": {"n": 127, "bs": 16, "seed": 1},
+        "val_metrics": {"acc": {"cls_name": "tests.toy.metric"}, **builtin},
+    }
     Trainer(0, toy_config(max_epochs=2, **fields)).fit()
     config = _write_config(tmp_path / "cfg.py", main_runner="tests.toy.trainer", **fields)
     one = _ok(_cli("eval", f"--config={config}", "--override=nproc_per_node=1", *GLOO))
@@ -105,6 +124,9 @@ def test_evaluating_an_uneven_split_on_two_ranks_gives_the_one_process_metric(tm
     assert two.count("valid/acc: ") == 1
     assert _acc(two) == _acc(one)
     assert 0.0 < _acc(one) < 1.0
+    # The built-in metrics too, each as eval prints it (5 significant digits).
+    assert len(_valid_lines(one)) == 4
+    assert _valid_lines(two) == _valid_lines(one)
 
 
 def test_accumulation_under_ddp_matches_one_process_and_all_reduces_once_per_window(tmp_path):
@@ -145,7 +167,10 @@ def test_a_nan_loss_on_one_rank_stops_every_rank_at_that_iteration(tmp_path):
         fault_nan_from=3,
         check_every=1,
     )
-    _ok(_cli("train", f"--config={config}", "--override=nproc_per_node=2", *GLOO))
+    done = _cli("train", f"--config={config}", "--override=nproc_per_node=2", *GLOO)
+    # The parent says it once, from run.json, with the diverged run's own exit code.
+    assert done.returncode == EXIT_DIVERGED, done.stdout[-3000:] + done.stderr[-3000:]
+    assert done.stdout.count("TRAINING DIVERGED (non-finite loss at iteration 3)") == 1
     assert [(p["epoch"], p["iteration"]) for p in _probes(save_dir)] == [(1, 3), (1, 3)]
 
 
@@ -168,7 +193,7 @@ def test_a_rank_dying_in_teardown_after_the_run_finished_is_a_success(tmp_path):
         tmp_path / "cfg.py", save_dir=str(save_dir), max_epochs=1, fault_abort_at_exit_rank=1
     )
     done = _cli("train", f"--config={config}", "--override=nproc_per_node=2", *GLOO)
-    assert "RUN COMPLETED: " in _ok(done)
+    assert "TRAINING COMPLETE after " in _ok(done)
     assert "rank 1 ended with SIGABRT in torch's process-group teardown" in done.stderr
     assert len(_probes(save_dir)) == 2
 
@@ -196,7 +221,7 @@ def test_launch_many_reports_the_failed_config(tmp_path):
     done = _cli("train", f"--config={good},{bad}")
     assert done.returncode == 1, done.stdout
     assert done.stdout.count("Launching: ") == 2
-    assert "[good] RUN COMPLETED: " in done.stdout
+    assert "[good] TRAINING COMPLETE after " in done.stdout
     assert "[bad] " in done.stdout and "config error:" in done.stdout
     assert done.stdout.rstrip().endswith("Failed configs: bad")
 
@@ -223,7 +248,7 @@ def test_torchrun_is_joined_and_matches_the_self_spawned_run(tmp_path):
         command, cwd=ROOT, capture_output=True, text=True, timeout=HANG_S, env=_clean_env()
     )
     out = _ok(done)
-    assert out.count("MODEL: ") == 1 and out.count("RUN COMPLETED: ") == 1
+    assert out.count("MODEL: ") == 1 and out.count("TRAINING COMPLETE after ") == 1
     assert sorted(p["env_rank"] for p in _probes(torchrun_dir)) == ["0", "1"]
     assert [p["world_size"] for p in _probes(torchrun_dir)] == [2, 2]
     a = torch.load(spawned_dir / "final_weights.pt", weights_only=True)
@@ -360,6 +385,6 @@ def test_a_batchnorm_model_trains_on_two_cpu_processes_with_the_default_sync_bn(
     out = _ok(done)
     assert "SyncBatchNorm layers only work" not in done.stderr
     assert out.count("sync_bn: the gloo backend cannot synchronise BatchNorm") == 1
-    assert "RUN COMPLETED: " in out
+    assert "TRAINING COMPLETE after " in out
     weights = torch.load(save_dir / "final_weights.pt", weights_only=True)
     assert "norm.running_mean" in weights

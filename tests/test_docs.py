@@ -2,6 +2,7 @@
 
 import importlib.util
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -69,11 +70,83 @@ def test_every_example_has_a_page_and_recorded_curves():
     for example in EXAMPLES:
         page = DOCS / "examples" / f"{example}.md"
         assert page.is_file(), f"no documentation page for examples/{example}"
-        assert f"gatle:example {example}" in page.read_text(encoding="utf-8")
+        assert f"<!-- gatle:begin example {example} -->" in page.read_text(encoding="utf-8")
         data = DOCS / "data" / example / "metrics.csv"
         assert data.is_file(), f"no training curves recorded for {example}: {data}"
         header = data.read_text(encoding="utf-8").splitlines()[0]
         assert header == "wall_time,epoch,step,name,value"
+        assert (DOCS / "assets" / "curves" / example / "metrics.png").is_file()
+
+
+def _generator():
+    spec = importlib.util.spec_from_file_location("gen_docs", ROOT / "scripts" / "gen_docs.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_generated_sections_in_the_pages_are_current():
+    """The pages hold their generated sections themselves; each must be what the code
+    generates now."""
+    stale = [str(path.relative_to(ROOT)) for path in _generator().stale()]
+    assert not stale, (
+        f"generated sections are stale in {stale}: run `python scripts/gen_docs.py` and commit "
+        f"what it writes"
+    )
+
+
+def test_the_pages_read_as_files_with_no_marker_left_to_fill():
+    generator = _generator()
+    pages = generator.pages()
+    assert DOCS / "reference" / "config.md" in pages and DOCS / "examples" / "digits.md" in pages
+    for path in pages:
+        text = path.read_text(encoding="utf-8")
+        assert not generator._BARE.search(text), f"{path}: a marker no section was written for"
+    config = (DOCS / "reference" / "config.md").read_text(encoding="utf-8")
+    for field in sorted(_config_fields()):
+        assert f"| `{field}` |" in config, f"{field} is missing from docs/reference/config.md"
+    # Every image a page shows is a file beside it.
+    for path in pages:
+        for image in re.findall(r"!\[[^\]]*\]\(([^)]+\.png)\)", path.read_text(encoding="utf-8")):
+            assert (path.parent / image).resolve().is_file(), f"{path}: {image} does not exist"
+
+
+def test_a_stale_or_unfilled_section_is_found():
+    """The negative control: a section edited by hand, or a marker not yet written out, is
+    not what the generator writes."""
+    generator = _generator()
+    text = (DOCS / "reference" / "config.md").read_text(encoding="utf-8")
+    assert generator.regenerated(text) == text
+    edited = text.replace("| `max_epochs` |", "| `max_epoch` |", 1)
+    assert edited != text and generator.regenerated(edited) != edited
+    bare = "# Data\n\n<!-- gatle:ds-params -->\n"
+    filled = generator.regenerated(bare)
+    assert filled.startswith("# Data\n\n<!-- gatle:begin ds-params -->\n\n| Key | Meaning |")
+    assert generator.regenerated(filled) == filled
+
+
+BUILTIN_PACKAGES = (("gatle_ignite.losses", "Loss"), ("gatle_ignite.metrics", "get_metric"))
+
+
+def _builtins_found(package: str, entrypoint: str) -> set:
+    """Every module of ``package`` exposing ``entrypoint``: what a config can name."""
+    import importlib
+    import pkgutil
+
+    found = set()
+    for info in pkgutil.iter_modules(importlib.import_module(package).__path__):
+        module = importlib.import_module(f"{package}.{info.name}")
+        if hasattr(module, entrypoint):
+            found.add(module.__name__)
+    return found
+
+
+@pytest.mark.parametrize(("package", "entrypoint"), BUILTIN_PACKAGES)
+def test_the_reference_lists_every_builtin_a_config_can_name(package, entrypoint):
+    import importlib
+
+    listed = importlib.import_module(package).BUILTINS
+    assert sorted(listed) == sorted(_builtins_found(package, entrypoint))
 
 
 def _docs_tools_missing() -> list:
@@ -111,6 +184,9 @@ def test_mkdocs_build_strict(tmp_path):
     config_page = (site / "reference" / "config" / "index.html").read_text(encoding="utf-8")
     for field in sorted(_config_fields()):
         assert f"<code>{field}</code>" in config_page, f"{field} missing from the config reference"
+    for package, entrypoint in BUILTIN_PACKAGES:
+        for path in _builtins_found(package, entrypoint):
+            assert f"<code>{path}</code>" in config_page, f"{path} missing from the reference"
     contracts = (site / "reference" / "entrypoints" / "index.html").read_text(encoding="utf-8")
     for entrypoint in ("Trainer", "Model", "get_ds", "get_optimizer", "get_metric", "Backend"):
         assert f"<code>{entrypoint}</code>" in contracts

@@ -1,6 +1,7 @@
 """``gatle-ignite config --dry-run``: one batch of every split, shapes printed, nothing written."""
 
 import re
+import sys
 
 import pytest
 
@@ -103,6 +104,28 @@ def test_each_stage_is_named_when_it_fails(tmp_path, capsys, fields, stage):
     assert err.startswith(f"\nconfig error: dry run failed at {stage}: ")
     assert "Traceback" not in err
     assert not (tmp_path / "run").exists()
+
+
+def test_a_key_a_library_model_does_not_name_and_its_own_error_in_a_dry_run(tmp_path, capsys):
+    pytest.importorskip("transformers")
+    model = {"model_name": "tests.toy.hf_image_model"}
+    config = _config(tmp_path, main_runner="tests.toy.bad_trainers.image_key", **model)
+    assert main(["config", "--dry-run", f"--config={config}"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("\nconfig error: dry run failed at forward (train split): ")
+    if sys.version_info >= (3, 11):
+        assert "Of the model_input keys ['img'] that prep_batch (" in err
+        assert "; not ['img'], which its **kwargs took." in err
+    # Three channels for one: the library's own line, named as such, then the task's.
+    config = _config(tmp_path, main_runner="tests.toy.image_trainer", **model)
+    assert main(["config", "--dry-run", f"--config={config}"]) == 2
+    err = capsys.readouterr().err
+    assert "ValueError: Make sure that the channel dimension" in err
+    assert "raised inside transformers" in err and "resnet/modeling_resnet.py:" in err
+    if sys.version_info >= (3, 11):
+        assert "in the model built from model_name = 'tests.toy.hf_image_model' and" in err
+        # model_params does not set it: the message speaks of the model's own default.
+        assert "The message speaks of num_channels = 3, which model_params leaves at" in err
 
 
 def test_a_task_s_own_step_runs_whole(tmp_path, capsys):

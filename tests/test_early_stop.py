@@ -39,9 +39,9 @@ def test_a_flat_metric_with_patience_3_stops_at_epoch_4(make_cfg, tmp_path, caps
     assert "[early-stop] valid: no improvement for 3 evaluations -- stopping at epoch 4" in out
     names = [p.name for p in (tmp_path / "run").iterdir()]
     assert "latest_epoch_checkpoint_4.pt" in names
-    # A tie is no improvement for the best checkpoint either: the first epoch's file stays.
+    # 0.4's rule: a tie moves the best file to the newest epoch (CONTRACT 7.2, 10.2).
     assert [n for n in names if n.startswith("valid_best")] == [
-        "valid_best_result_checkpoint_1_0.5000.pt"
+        "valid_best_result_checkpoint_4_0.5000.pt"
     ]
 
 
@@ -182,13 +182,15 @@ def test_each_early_stop_line_comes_under_the_epoch_block_it_judges(make_cfg, ca
     ]
 
 
-def test_a_tie_neither_improves_nor_moves_the_best_checkpoint(make_cfg, tmp_path):
+def test_a_tie_is_no_improvement_yet_moves_the_best_checkpoint_to_the_newest_epoch(
+    make_cfg, tmp_path
+):
     cfg = _fast(make_cfg, early_stop_patience=2, val_metrics=_scripted([0.1, 0.2, 0.2, 0.2]))
+    # Epochs 3 and 4 tie epoch 2: no improvement, so patience 2 runs out at epoch 4.
     assert _final_epoch(cfg) == 4
     best = sorted(p.name for p in (tmp_path / "run").glob("valid_best_result_*"))
-    # The epoch that first reached 0.2 stays the best: the ties after it counted as no
-    # improvement, for early stopping and for the best checkpoint alike.
-    assert best == ["valid_best_result_checkpoint_2_0.2000.pt"]
+    # The best file follows 0.4's rule all the same: the newest of the tied epochs.
+    assert best == ["valid_best_result_checkpoint_4_0.2000.pt"]
 
 
 @pytest.mark.parametrize("verbosity", [0, 1, 2])

@@ -6,6 +6,7 @@ import re
 import shlex
 import subprocess
 import sys
+import traceback
 
 import pytest
 
@@ -67,6 +68,82 @@ def test_a_model_refusing_the_model_input_keys_is_one_clear_error(tmp_path, trai
     _refused_before_training(
         train(config), "does not accept the model_input keys ['inputs']", "forward(x)"
     )
+
+
+HF_IMAGE = {"model_name": "tests.toy.hf_image_model"}
+
+
+def test_a_model_input_key_a_pass_through_forward_refuses_is_one_clear_error(tmp_path, train):
+    # forward(**inputs) takes `inputs`; the model it passes them to refuses the keyword.
+    model = {"model_name": "tests.toy.kwargs_model"}
+    _refused_before_training(
+        train(_config(tmp_path, "tests.toy.bad_trainers.wrong_keys", **model)),
+        "does not accept the model_input keys ['inputs'] that prep_batch (",
+        "tests/toy/bad_trainers/wrong_keys.py:7) returned",
+        "got an unexpected keyword argument 'inputs'",
+        "tests.toy.kwargs_model.Model.forward names []; not ['inputs'].",
+    )
+
+
+@pytest.mark.skipif(sys.version_info < (3, 11), reason="exception notes are Python 3.11's")
+def test_a_model_input_key_a_transformers_model_takes_unnamed_is_noted_on_its_error(
+    tmp_path, train
+):
+    pytest.importorskip("transformers")
+    # forward(pixel_values=None, ..., **kwargs) takes `img` unnamed, then fails on its own:
+    # its error stands, with the keys and the parameters beside it.
+    config = _config(tmp_path, "tests.toy.bad_trainers.image_key", **HF_IMAGE)
+    printed = _raised(lambda: train(config))
+    assert "AttributeError: 'NoneType' object has no attribute 'shape'" in printed
+    assert (
+        "Of the model_input keys ['img'] that prep_batch (" in printed
+        and "tests/toy/image_trainer.py:10) returned, transformers.models.resnet.modeling_resnet."
+        "ResNetForImageClassification.forward names ['pixel_values', 'labels', "
+        "'output_hidden_states', 'return_dict']; not ['img'], which its **kwargs took."
+        in printed
+    )
+
+
+def _raised(call) -> str:
+    """The traceback Python prints for what ``call`` raises, its notes included."""
+    with pytest.raises(Exception) as info:
+        call()
+    return "".join(traceback.format_exception(info.value))
+
+
+@pytest.mark.skipif(sys.version_info < (3, 11), reason="exception notes are Python 3.11's")
+def test_an_error_raised_inside_a_library_names_the_config_field_that_built_the_model(
+    tmp_path, train
+):
+    pytest.importorskip("transformers")
+    # Three channels for the toy's one-channel images: transformers' own check refuses them.
+    fields = {**HF_IMAGE, "model_params": {"num_channels": 3, "embedding_size": 8}}
+    config = _config(tmp_path, "tests.toy.image_trainer", **fields)
+    printed = _raised(lambda: train(config))
+    assert "ValueError: Make sure that the channel dimension of the pixel values match" in printed
+    assert (
+        "ValueError raised inside transformers (transformers/models/resnet/modeling_resnet.py:"
+        in printed
+    )
+    assert (
+        "in the model built from model_name = 'tests.toy.hf_image_model' and model_params = "
+        "{embedding_size=8, num_channels=3}." in printed
+    )
+    assert "The message speaks of model_params.num_channels: check its value." in printed
+    assert "model_input: pixel_values float32[16, 1, 2, 4]" in printed
+
+
+@pytest.mark.skipif(sys.version_info < (3, 11), reason="exception notes are Python 3.11's")
+def test_an_error_raised_inside_a_library_building_the_model_names_the_field(tmp_path, train):
+    pytest.importorskip("transformers")
+    fields = {**HF_IMAGE, "model_params": {"hidden_act": "rleu"}}
+    printed = _raised(lambda: train(_config(tmp_path, "tests.toy.image_trainer", **fields)))
+    assert "raised inside transformers (transformers/" in printed
+    assert (
+        "while building tests.toy.hf_image_model.Model(**model_params) from model_params = "
+        "{hidden_act='rleu'}." in printed
+    )
+    assert "The message speaks of model_params.hidden_act" in printed
 
 
 BARE_OUTPUT = {"model_name": "tests.toy.tensor_model"}
@@ -134,7 +211,7 @@ def test_a_run_prints_progress_epoch_blocks_and_a_summary_and_no_ignite_info(tmp
     assert block[0].startswith("train  loss_avg ") and block[1].startswith("valid  acc ")
     # Numbers at 5 significant digits, not 16.
     assert all(len(token.replace(".", "")) <= 6 for token in re.findall(r"\d\.\d+", block[0]))
-    summary = out[out.index("RUN COMPLETED") :]
+    summary = out[out.index("TRAINING COMPLETE") :]
     for line in ("best     valid/acc", "latest   ", "logs     ", "evaluate gatle-ignite eval"):
         assert line in summary
     assert "--override resume=True" in summary and "metrics.csv" in summary
@@ -246,9 +323,9 @@ def test_eval_prints_its_values_at_5_significant_digits_as_training_does(tmp_pat
 def test_a_cli_run_ends_in_one_line_and_a_script_in_its_own(tmp_path, train, capsys):
     code, out, _err = train(_config(tmp_path, max_epochs=1))
     assert code == 0
-    # The summary's first line says it: no "TRAINING COMPLETE" line before it.
-    assert "TRAINING COMPLETE" not in out
-    assert out.count("RUN COMPLETED: 'toy', epoch 1/1 (iteration 4)") == 1
+    # One end line, the summary's first, in 0.4's words (CONTRACT 12.2), which users grep for.
+    assert out.count("TRAINING COMPLETE") == 1
+    assert "\nTRAINING COMPLETE after 1 epoch: 'toy', epoch 1/1 (iteration 4), " in out
     # Without the command's summary (a script calling fit()), the trainer says it, in English.
     Trainer(0, toy_config(save_dir=str(tmp_path / "script"), max_epochs=1)).fit()
     assert "TRAINING COMPLETE after 1 epoch\n" in capsys.readouterr().out
@@ -279,3 +356,78 @@ def test_the_summarys_commands_read_plainly_and_run_as_printed(tmp_path, train):
     # As a shell reads them back, both commands run.
     assert main(shlex.split(evaluate)[1:]) == 0
     assert main(shlex.split(resume)[1:]) == 0
+
+
+# ---- how a command ends ----
+
+
+def _nan_from(iteration) -> dict:
+    """A loss whose second term turns NaN at ``iteration``: the run diverges there."""
+    return {
+        "dict_of_loss_params": {
+            "ce": {"cls_name": "tests.toy.loss", "weight": 1.0},
+            "nan": {"cls_name": "tests.toy.nan_loss", "weight": 1.0, "start_iteration": iteration},
+        }
+    }
+
+
+def _rows(out, label) -> list:
+    """The summary's row under ``label`` and the rows that continue it (no label of their own)."""
+    lines = out.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(f"  {label} "))
+    rows = [lines[start][11:]]
+    for line in lines[start + 1 :]:
+        if not line.startswith(" " * 11):
+            break
+        rows.append(line[11:])
+    return rows
+
+
+def test_a_diverged_run_exits_65_and_its_resume_says_it_repeats_what_diverged(tmp_path, train, cli):
+    from gatle_ignite.trainer.lifecycle import EXIT_DIVERGED
+
+    # 4 iterations an epoch: epoch 1 is saved, epoch 2 diverges at iteration 7.
+    config = _config(tmp_path, criterion_params=_nan_from(7), logger_name=["text"])
+    code, out, _err = train(config, "optimizer_params.lr=0.05")
+    assert code == EXIT_DIVERGED == 65
+    assert "TRAINING COMPLETE" not in out
+    assert "\nTRAINING DIVERGED (non-finite loss at iteration 7): 'toy', epoch 2/2 " in out
+    note, command = _rows(out, "resume")
+    assert "resuming repeats the setting that diverged" in note
+    assert "a lower learning rate" in note and "accept_changes=['optimizer_params.lr']" in note
+    assert command.startswith("gatle-ignite train ") and command.endswith("--override resume=True")
+    assert "--override optimizer_params.lr=0.05" in command
+    # status says what train's exit code said.
+    assert main(["status", str(tmp_path / "run")]) == EXIT_DIVERGED
+    # Resumed as it stands, it diverges again, and says so again.
+    code, out, _err = train(config, "optimizer_params.lr=0.05", "resume=True")
+    assert code == EXIT_DIVERGED and "TRAINING DIVERGED" in out
+
+
+def test_a_run_diverging_before_its_first_checkpoint_offers_nothing_to_resume(tmp_path, train):
+    code, out, _err = train(_config(tmp_path, criterion_params=_nan_from(2)))
+    assert code == 65
+    assert "\nTRAINING DIVERGED (non-finite loss at iteration 2): 'toy', epoch 1/2 " in out
+    [resume] = _rows(out, "resume")
+    assert resume.startswith("nothing to resume: it diverged before its first checkpoint.")
+    assert "train it again" in resume and "accept_changes" not in resume
+    # Nor an eval of a checkpoint that does not exist.
+    assert "gatle-ignite eval" not in out
+
+
+def test_train_a_b_counts_a_diverged_config_as_failed(tmp_path, capsys):
+    ok = write_toy_config(
+        tmp_path / "cfg_ok.py", **{**BASE, "max_epochs": 1}, save_dir=str(tmp_path / "ok")
+    )
+    diverging = write_toy_config(
+        tmp_path / "cfg_diverging.py",
+        **BASE,
+        save_dir=str(tmp_path / "diverging"),
+        criterion_params=_nan_from(2),
+    )
+    code = main(["train", f"--config={ok},{diverging}"])
+    out = capsys.readouterr().out
+    assert code == 1, out
+    assert "[cfg_diverging] TRAINING DIVERGED (non-finite loss at iteration 2)" in out
+    assert "[cfg_ok] TRAINING COMPLETE after 1 epoch: " in out
+    assert out.endswith("\n\nFailed configs: cfg_diverging\n")

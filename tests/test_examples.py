@@ -1,8 +1,12 @@
 """Every shipped example: its configs resolve, and one short epoch trains (EXAMPLES.md 0)."""
 
+import ast
+import io
 import os
+import re
 import subprocess
 import sys
+import tokenize
 
 import pytest
 
@@ -47,6 +51,8 @@ def test_every_example_ships_its_configs():
         "translation",
         "templates",
         "sharded_lm",
+        "causal_lm",
+        "resnet_digits",
     }
     assert "examples/teacher_student/configs/teacher_v0.py" in CONFIGS
 
@@ -77,7 +83,7 @@ def test_the_synthetic_example_ships_a_sweep():
 def test_every_example_trains_one_short_epoch(config, tmp_path):
     done = _cli("train", f"--config={config}", *SMOKE, f"--override=save_dir={str(tmp_path)!r}")
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
-    assert "RUN COMPLETED: " in done.stdout and "epoch 1/1 " in done.stdout
+    assert "TRAINING COMPLETE after " in done.stdout and "epoch 1/1 " in done.stdout
     # .pt, or a .dcp directory from an example that shards (sharded_lm).
     assert list(tmp_path.glob("latest_epoch_checkpoint_1.*"))
 
@@ -89,7 +95,7 @@ def test_the_synthetic_example_trains_two_epochs_from_the_source_tree(tmp_path):
         "train", config, "--override=max_epochs=2", f"--override=save_dir={str(tmp_path)!r}"
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    assert "RUN COMPLETED: " in done.stdout and "epoch 2/2 " in done.stdout
+    assert "TRAINING COMPLETE after " in done.stdout and "epoch 2/2 " in done.stdout
 
 
 @pytest.mark.slow
@@ -98,7 +104,7 @@ def test_the_classification_example_trains_compiled(tmp_path):
     args = [*SMOKE, "--override=compile=True", f"--override=save_dir={str(tmp_path)!r}"]
     done = _cli("train", config, *args)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert "RUN COMPLETED: " in done.stdout and "epoch 1/1 " in done.stdout
+    assert "TRAINING COMPLETE after " in done.stdout and "epoch 1/1 " in done.stdout
 
 
 @pytest.mark.slow
@@ -114,4 +120,46 @@ def test_every_example_full_run_passes_its_own_checks():
     )
     summary = done.stdout[done.stdout.rfind("example            result") :]
     assert done.returncode == 0, summary or done.stdout[-3000:] + done.stderr[-3000:]
-    assert "11 passed, 0 failed" in summary
+    assert "13 passed, 0 failed" in summary
+
+
+def _code_lines(path) -> int:
+    """Lines that are not blank, a comment or a docstring."""
+    text = path.read_text()
+    docstrings = set()
+    for node in ast.walk(ast.parse(text)):
+        body = getattr(node, "body", None)
+        first = body[0] if isinstance(body, list) and body else None
+        if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
+            if isinstance(first.value.value, str):
+                docstrings.update(range(first.lineno, first.end_lineno + 1))
+    lines = set()
+    layout = (tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT)
+    for token in tokenize.generate_tokens(io.StringIO(text).readline):
+        if token.type not in (*layout, tokenize.ENDMARKER):
+            lines.update(range(token.start[0], token.end[0] + 1))
+    return len(lines - docstrings)
+
+
+# The recipes of a model as a library returns it, and the most lines of code each may take.
+RECIPES = {"causal_lm": 60, "resnet_digits": 50}
+
+
+@pytest.mark.parametrize("example, most", RECIPES.items())
+def test_a_recipe_is_as_short_as_its_readme_says(example, most):
+    """The task's own files (not base_utils.py, which init writes, nor the checks) hold the
+    number of lines of code the README's table gives, and no more than the goal."""
+    folder = ROOT / "examples" / example
+    files = [
+        path
+        for sub in ("configs", "dataloaders", "models", "trainer")
+        for path in sorted((folder / sub).glob("*.py"))
+        if path.name not in ("__init__.py", "base_utils.py")
+    ]
+    counted = {path.relative_to(folder).as_posix(): _code_lines(path) for path in files}
+    readme = (folder / "README.md").read_text()
+    for name, lines in counted.items():
+        assert re.search(rf"\| `{re.escape(name)}` \|.*\| {lines} \|", readme), (name, lines)
+    total = sum(counted.values())
+    assert f"| | **the task** | **{total}** |" in readme
+    assert total <= most

@@ -12,12 +12,14 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 import torch
 
 from gatle_ignite.cli.main import main
 from gatle_ignite.dispatch import ConfigError
+from gatle_ignite.export.verify import flat_tensors
 from gatle_ignite.run.directory import eval_checkpoint
 from gatle_ignite.run.loading import load_weights
 from gatle_ignite.run.sharded import ShardedCheckpoint
@@ -25,7 +27,6 @@ from tests.conftest import HANG_S, ROOT, child_env
 from tests.toy.config import toy_config
 from tests.toy.config_file import write_toy_config
 from tests.toy.model import Model as ToyModel
-from tests.toy.trainer import Trainer
 
 SYNTHETIC = ROOT / "examples" / "synthetic" / "configs" / "synthetic_v0.py"
 CONTRASTIVE = ROOT / "examples" / "contrastive" / "configs" / "contrastive_v0.py"
@@ -52,6 +53,13 @@ def _train(config, overrides) -> None:
 def _export(config, overrides, fmt, out, *flags) -> int:
     args = [f"--config={config}", *(f"--override={o}" for o in overrides)]
     return main(["export", *args, "--format", fmt, "--out", str(out), *flags])
+
+
+def _exported(capsys, config, fmt, out, *flags, overrides=()) -> tuple:
+    """Export as the CLI does, expecting success: ``(what it printed, the model card)``."""
+    capsys.readouterr()
+    assert _export(config, list(overrides), fmt, out, *flags) == 0
+    return capsys.readouterr().out, (out / "README.md").read_text()
 
 
 def _no_dir_left(out) -> bool:
@@ -210,7 +218,8 @@ def test_an_ema_task_exports_the_evaluated_weights_and_raw_ones_on_request(tmp_p
 def _toy(tmp_path, **fields):
     """A trained toy run and the config file that names it."""
     fields = {"save_dir": str(tmp_path / "run"), **fields}
-    Trainer(0, toy_config(**fields)).fit()
+    runner = importlib.import_module(fields.get("main_runner", "tests.toy.trainer"))
+    runner.Trainer(0, toy_config(**fields)).fit()
     return write_toy_config(tmp_path / "cfg.py", **fields), tmp_path / "run"
 
 
@@ -239,7 +248,7 @@ def test_a_model_that_pins_the_batch_is_exported_with_a_static_one(tmp_path, cap
     out = tmp_path / "exported"
     assert _export(config, [], "pt2", out) == 0
     stdout = capsys.readouterr().out
-    assert "BATCH: static, 16 rows: the batch dimension cannot be dynamic (" in stdout
+    assert "BATCH: static, 16 rows: the model fixes the batch dimension" in stdout
     assert stdout.count("CHECKED model.pt2 on a batch of 16") == 1
     program = torch.export.load(out / "model.pt2").module()
     assert program(x=torch.randn(16, 8))["logits"].shape == (16, 3)
@@ -310,6 +319,75 @@ def test_a_directory_holding_files_is_refused_unless_forced(tmp_path, capsys):
     assert not list(tmp_path.glob(".exported.*"))
 
 
+def test_force_over_a_link_replaces_the_link_and_leaves_nothing_beside_it(tmp_path, capsys):
+    """The link is what steps aside, and it is removed as a link: the directory it points to
+    keeps its files, and no ``.exported.replaced-*`` stays behind."""
+    config, _save_dir = _toy(tmp_path)
+    elsewhere = tmp_path / "v1"
+    elsewhere.mkdir()
+    (elsewhere / "notes.txt").write_text("mine")
+    out = tmp_path / "exported"
+    out.symlink_to(elsewhere, target_is_directory=True)
+    assert _export(config, [], "pt2", out, "--force") == 0
+    assert not out.is_symlink() and sorted(os.listdir(out)) == ["README.md", "model.pt2"]
+    assert (elsewhere / "notes.txt").read_text() == "mine"
+    assert not list(tmp_path.glob(".exported.*"))
+
+
+_STAGE_THEN = """
+import os, signal, sys, time
+from pathlib import Path
+from gatle_ignite.export.directory import staged
+with staged(Path(sys.argv[1])) as staging:
+    (staging / "model.pt2").write_bytes(b"half")
+    print(staging, flush=True)
+    if sys.argv[2] == "die":
+        os.kill(os.getpid(), signal.SIGKILL)
+    time.sleep(600)
+"""
+
+
+def _staging_process(out, then: str):
+    """A real process that is writing an export into ``out``'s staging directory: SIGKILLed
+    there (``die``), or still at it (``live``). Returns it and its staging directory."""
+    process = subprocess.Popen(
+        [sys.executable, "-c", _STAGE_THEN, str(out), then],
+        cwd=ROOT,
+        env=child_env(),
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    staging = Path(process.stdout.readline().strip())
+    assert staging.parent == out.parent and staging.name.startswith(f".{out.name}.partial-")
+    return process, staging
+
+
+def test_an_export_removes_what_killed_exports_left_and_spares_a_live_one(tmp_path, capsys):
+    config, _save_dir = _toy(tmp_path)
+    live, live_staging = _staging_process(tmp_path / "other", "live")
+    killed, dead_staging = _staging_process(tmp_path / "exported", "die")
+    assert killed.wait(timeout=HANG_S) == -signal.SIGKILL
+    # An old DIR set aside by a --force killed before removing it: its replacement is there.
+    (tmp_path / "exported").mkdir()
+    set_aside = tmp_path / ".exported.replaced-00000000-1-0a1b2c3d"
+    set_aside.mkdir()
+    # One whose replacement never came: the only copy left, kept.
+    only_copy = tmp_path / ".gone.replaced-00000000-1-0a1b2c3d"
+    only_copy.mkdir()
+    try:
+        assert dead_staging.is_dir() and live_staging.is_dir()
+        capsys.readouterr()
+        assert _export(config, [], "pt2", tmp_path / "exported", "--force") == 0
+        out = capsys.readouterr().out
+        assert f"REMOVED {dead_staging}: what an export killed before it finished left" in out
+        assert not dead_staging.exists() and not set_aside.exists()
+        assert live_staging.is_dir() and (live_staging / "model.pt2").read_bytes() == b"half"
+        assert only_copy.is_dir()
+    finally:
+        live.kill()
+        live.wait(timeout=HANG_S)
+
+
 def test_an_empty_directory_is_filled_and_a_file_is_refused(tmp_path, capsys):
     config, _save_dir = _toy(tmp_path)
     empty = tmp_path / "empty"
@@ -336,6 +414,167 @@ def test_a_missing_package_is_a_config_error_naming_the_extra(tmp_path, capsys, 
     assert "--format onnx needs onnxscript, which is not installed." in err
     assert 'pip install "gatle-ignite[export]"' in err
     assert _no_dir_left(out)
+
+
+# ---- dimensions that vary in use: the sequence task ----
+
+
+def _sequence_task(tmp_path, lengths=(8, 6), **model_params):
+    """A trained run of tests.toy.seq_model, whose valid batches have ``lengths`` in turn."""
+    loader = {"n": 32, "bs": 8, "lengths": list(lengths)}
+    return _toy(
+        tmp_path,
+        main_runner="tests.toy.seq_trainer",
+        model_name="tests.toy.seq_model",
+        model_params=model_params,
+        train_ds_name="tests.toy.seq_data",
+        train_ds_params=loader,
+        valid_ds_name="tests.toy.seq_data",
+        valid_ds_params={**loader, "seed": 1},
+    )
+
+
+def _sequence(rows, length, seed=0):
+    generator = torch.Generator().manual_seed(seed)
+    ids = torch.randint(1, 16, (rows, length), generator=generator)
+    return {"ids": ids, "mask": torch.ones_like(ids)}
+
+
+def _seq_model(save_dir, **params):
+    return _best_model("tests.toy.seq_model", params, save_dir)
+
+
+@pytest.mark.parametrize("fmt", ["pt2", "onnx"])
+def test_a_length_that_varies_between_batches_is_dynamic_and_checked_at_two_lengths(
+    tmp_path, capsys, fmt
+):
+    config, save_dir = _sequence_task(tmp_path)
+    out = tmp_path / "exported"
+    stdout, card = _exported(capsys, config, fmt, out)
+    assert "BATCH: dynamic (traced on 8 rows)" in stdout
+    assert (
+        "DYNAMIC: ids dim 1 (with mask dim 1): traced at 8, takes 2 to 12 (it varies between "
+        "the sampled batches)" in stdout
+    )
+    # The position table has 12 rows: a longer sequence would index past it.
+    assert "BOUND: ids dim 1 at most 12: the position table pos.weight has 12 rows" in stdout
+    assert f"CHECKED {FILE[fmt]} on a batch of 8: every output equals" in stdout
+    assert f"CHECKED {FILE[fmt]} on a batch of 4: every output equals" in stdout
+    assert f"CHECKED {FILE[fmt]} on ids dim 1 at 4, a batch of 8: every output equals" in stdout
+    model = _seq_model(save_dir)
+    # Lengths and a batch the export never saw, the bound itself included.
+    for rows, length in [(3, 11), (5, 12), (2, 3)]:
+        inputs = _sequence(rows, length)
+        with torch.no_grad():
+            _assert_same(fmt, _outputs(fmt, out, inputs), model(**inputs))
+    assert (
+        "| Dynamic dimensions | the batch: `ids` dim 0 and `mask` dim 0, 2 and up; `ids` dim 1 "
+        "and `mask` dim 1, 2 to 12 (the position table pos.weight has 12 rows) |" in card
+    )
+    assert "ids dim 1 at 4, a batch of 8: max abs diff" in card
+    if fmt == "pt2":
+        program = torch.export.load(out / "model.pt2").module()
+        with pytest.raises(Exception, match="<= 12"):
+            program(**_sequence(2, 13))
+
+
+def test_a_fixed_length_is_static_unless_the_config_or_the_flag_names_it(tmp_path, capsys):
+    config, save_dir = _sequence_task(tmp_path, lengths=(8,))
+    capsys.readouterr()
+    assert _export(config, [], "pt2", tmp_path / "static") == 0
+    assert "DYNAMIC:" not in capsys.readouterr().out
+    static = torch.export.load(tmp_path / "static" / "model.pt2").module()
+    with pytest.raises(Exception, match="8"):
+        static(**_sequence(2, 5))
+    named = ["export_params={'dynamic': {'ids': [1]}}"]
+    assert _export(config, named, "pt2", tmp_path / "config") == 0
+    assert "(named by export_params)" in capsys.readouterr().out
+    assert _export(config, [], "onnx", tmp_path / "flag", "--dynamic", "ids=-1") == 0
+    stdout = capsys.readouterr().out
+    assert "DYNAMIC: ids dim 1 (with mask dim 1): traced at 8, takes 2 to 12 (named by " in stdout
+    model = _seq_model(save_dir)
+    inputs = _sequence(3, 5)
+    with torch.no_grad():
+        want = model(**inputs)
+    _assert_same("pt2", _outputs("pt2", tmp_path / "config", inputs), want)
+    _assert_same("onnx", _outputs("onnx", tmp_path / "flag", inputs), want)
+
+
+def test_a_length_the_model_fixes_is_one_line_and_the_export_stays_static(tmp_path, capsys):
+    config, _save_dir = _sequence_task(tmp_path, lengths=(8,), max_len=8, positions="fixed")
+    stdout, card = _exported(capsys, config, "pt2", tmp_path / "exported", "--dynamic", "ids=1")
+    assert "STATIC: ids dim 1 stays 8: the model fixes it (named by --dynamic)" in stdout
+    assert "BATCH: dynamic (traced on 8 rows)" in stdout
+    assert (
+        "| Static dimensions | `ids` dim 1 = 8 (named by --dynamic): the model fixes them |" in card
+    )
+
+
+def test_a_size_the_programs_guards_refuse_is_said_and_another_is_checked(tmp_path, capsys):
+    data = {"n": 32, "in_dim": 16, "bs": 16}
+    config, save_dir = _toy(
+        tmp_path,
+        main_runner="tests.toy.image_trainer",
+        model_name="tests.toy.conv_model",
+        train_ds_params=data,
+        valid_ds_params={**data, "seed": 1},
+    )
+    out = tmp_path / "exported"
+    # 8 pixels wide: half of it pools a map 1 wide, which the program's guard refuses.
+    stdout, card = _exported(capsys, config, "pt2", out, "--dynamic", "pixel_values=3")
+    assert "REFUSED: pixel_values dim 3 at 4, in its range: the program's Guard failed:" in stdout
+    assert "CHECKED model.pt2 on pixel_values dim 3 at 16, a batch of 16: every output" in stdout
+    assert "`pixel_values` dim 3, 2 and up; its guards refuse 4 (Guard failed:" in card
+    model = _best_model("tests.toy.conv_model", {}, save_dir)
+    inputs = {"pixel_values": torch.randn(3, 1, 2, 12)}
+    with torch.no_grad():
+        _assert_same("pt2", _outputs("pt2", out, inputs), model(**inputs))
+
+
+def test_a_dynamic_dimension_of_no_input_names_what_exists(tmp_path, capsys):
+    config, _save_dir = _sequence_task(tmp_path, lengths=(8,))
+    capsys.readouterr()
+    out = tmp_path / "exported"
+    assert _export(config, [], "pt2", out, "--dynamic", "input_ids=1") == 2
+    err = capsys.readouterr().err
+    assert "--dynamic names the input 'input_ids', which model_input does not hold." in err
+    assert "model_input's tensors: ids [8, 8], mask [8, 8]." in err
+    assert _export(config, [], "pt2", out, "--dynamic", "ids=2") == 2
+    assert "--dynamic names dimension 2 of 'ids', which has 2 ([8, 8])." in capsys.readouterr().err
+    with pytest.raises(SystemExit) as stopped:
+        _export(config, [], "pt2", out, "--dynamic", "ids")
+    assert stopped.value.code == 2
+    assert "'ids' is not KEY=DIM[,DIM...], e.g. input_ids=0,1" in capsys.readouterr().err
+    assert _export(config, ["export_params={'dynamic': {'ids': 1}}"], "pt2", out) == 2
+    assert "export_params must be a mapping such as" in capsys.readouterr().err
+    assert _no_dir_left(out)
+
+
+@pytest.mark.parametrize("output", ["dataclass", "model_output"])
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_a_model_returning_a_dataclass_or_a_model_output_exports_as_a_dict(
+    tmp_path, capsys, output, fmt
+):
+    if output == "model_output":
+        pytest.importorskip("transformers")
+    # Trained returning a dict (the toy loss reads one); exported returning the other kind.
+    config, save_dir = _sequence_task(tmp_path)
+    out = tmp_path / "exported"
+    assert _export(config, [f"model_params.output={output!r}"], fmt, out) == 0
+    stdout = capsys.readouterr().out
+    assert f"EXPORTED {fmt} to {out}" in stdout
+    model = _seq_model(save_dir, output=output)
+    inputs = _sequence(3, 5)
+    with torch.no_grad():
+        want = flat_tensors(model(**inputs))
+    assert len(want) == 2
+    got = _outputs(fmt, out, inputs)
+    if fmt != "safetensors":
+        assert f"CHECKED {FILE[fmt]} on ids dim 1 at 4, a batch of 8" in stdout
+        # A plain dict: loading the program needs neither the model's code nor the library
+        # that defined its output class.
+        assert type(got) is dict
+    _assert_same(fmt, flat_tensors(got), want)
 
 
 # ---- load_weights reads what safetensors export writes ----
@@ -370,6 +609,34 @@ def test_tied_weights_are_written_under_every_name(tmp_path):
     assert torch.equal(fresh[1].weight, model[0].weight)
 
 
+def test_a_model_with_tied_weights_exports_them_and_its_card_says_so(tmp_path):
+    config, save_dir = _sequence_task(tmp_path, tied=True)
+    out = tmp_path / "exported"
+    assert _export(config, [], "safetensors", out) == 0
+    from safetensors.torch import load_file
+
+    written = load_file(out / "model.safetensors")
+    assert torch.equal(written["embed.weight"], written["unembed.weight"])
+    card = (out / "README.md").read_text()
+    assert "| Tied weights | `embed.weight` = `unembed.weight`: one tensor in the model" in card
+    inputs = _sequence(3, 5)
+    model = _seq_model(save_dir, tied=True)
+    with torch.no_grad():
+        _assert_same("safetensors", _outputs("safetensors", out, inputs), model(**inputs))
+
+
+def test_a_model_param_named_like_a_secret_is_left_out_of_config_json_and_the_card_says_so(
+    tmp_path,
+):
+    config, _save_dir = _sequence_task(tmp_path, hub_token="hf_abc123")
+    out = tmp_path / "exported"
+    assert _export(config, [], "safetensors", out) == 0
+    assert "hf_abc123" not in (out / "config.json").read_text()
+    card = (out / "README.md").read_text()
+    assert "hf_abc123" not in card
+    assert "| Not in config.json | `model_params.hub_token`: named like a secret" in card
+
+
 # ---- for real: a killed export, and a checkpoint two ranks wrote ----
 
 
@@ -395,10 +662,11 @@ def test_an_export_killed_while_writing_leaves_no_dir(tmp_path):
         time.sleep(0.01)
     os.killpg(process.pid, signal.SIGKILL)
     process.wait(timeout=HANG_S)
-    assert not out.exists()
-    # The next export is not stopped by what the killed one left.
+    assert not out.exists() and list(tmp_path.glob(".exported.partial-*"))
+    # The next export is not stopped by what the killed one left, and removes it.
     assert _export(config, [], "onnx", out) == 0
     assert (out / "model.onnx").is_file()
+    assert not list(tmp_path.glob(".exported.*"))
 
 
 @pytest.mark.slow

@@ -6,6 +6,7 @@ with shuffling, dropout, a random augmentation in two DataLoader workers, and a 
 
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -257,7 +258,7 @@ def test_sigterm_to_torchrun_lets_the_workers_save_and_a_torchrun_resume_finishe
     assert "PREEMPTED by SIGTERM after iteration" in rest
     assert list((tmp_path / "run").glob("latest_iter_checkpoint_*.pt"))
     resumed = _train(config, "--override=resume=True", *GLOO, launcher=_torchrun())
-    assert "RUN COMPLETED: " in resumed
+    assert "TRAINING COMPLETE after " in resumed
 
 
 def _status(save_dir):
@@ -296,6 +297,37 @@ def test_ctrl_c_saves_exits_130_without_a_traceback_and_resumes_exactly(tmp_path
     _train(config, "--override=resume=True", *args)
     expected = reference["one" if nproc == 1 else "two_with_workers"]
     _assert_identical(expected, _weights(tmp_path / "run"))
+
+
+def test_a_second_ctrl_c_after_the_ranks_saved_says_so_and_the_resume_starts_there(tmp_path):
+    # Rank 0's logging backend takes long to finish, so the second Ctrl-C lands after the ranks
+    # have written their preemption checkpoint, while rank 0 closes down.
+    marker = tmp_path / "finishing"
+    config = _config(
+        tmp_path,
+        "run",
+        save_every_iters=0,
+        train_ds_params={**FIELDS["train_ds_params"], "num_workers": 0},
+        logger_name=["tests.toy.slow_finish_backend"],
+        slow_finish_marker=str(marker),
+        **_gated(tmp_path, 3),
+    )
+    args = ["--override=nproc_per_node=2", *GLOO]
+    process = _start(config, *args)
+    _signal_at_the_gate(process, tmp_path, lambda: _ctrl_c(process), ranks=2)
+    said = _after_lines(process, "INTERRUPTED by SIGINT after iteration")[-1]
+    saved = re.search(r"saved (\S+\.pt);", said).group(1)
+    while not marker.exists():
+        assert process.poll() is None, "rank 0 never reached its teardown"
+        time.sleep(0.05)
+    _ctrl_c(process)
+    rest = process.communicate(timeout=HANG_S)[0]
+    assert process.returncode == EXIT_INTERRUPTED, rest
+    assert "after they had saved the preemption checkpoint named above" in rest, rest
+    assert "without a preemption checkpoint" not in rest
+    assert no_process_left(process.pid)
+    resumed = _train(config, "--override=resume=True", "--override=logger_name=[]", *args)
+    assert f"RESUMING FROM: {saved}" in resumed
 
 
 @pytest.mark.parametrize("nproc", [1, 2])

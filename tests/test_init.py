@@ -225,14 +225,15 @@ def test_readme_names_every_directory_and_real_builtins(project):
     assert "`docs/getting-started.md`" in text
     entrypoints = {
         "losses": "Loss",
+        "metrics": "get_metric",
         "optimizers": "get_optimizer",
         "schedulers": "get_scheduler",
         "callbacks.backends": "Backend",
     }
     named = re.findall(
-        r"gatle_ignite\.(losses|optimizers|schedulers|callbacks\.backends)\.(\w+)", text
+        r"gatle_ignite\.(losses|metrics|optimizers|schedulers|callbacks\.backends)\.(\w+)", text
     )
-    assert len(named) >= 9
+    assert len(named) >= 24
     for group, module in named:
         loaded = importlib.import_module(f"gatle_ignite.{group}.{module}")
         assert hasattr(loaded, entrypoints[group]), f"gatle_ignite.{group}.{module}"
@@ -280,7 +281,7 @@ def test_generated_project_passes_config_and_trains(project):
     assert "all dotted paths resolve" in checked.stdout
     trained = run([*cli_command(), "train", config, "--override", "max_epochs=1"], cwd=project)
     assert trained.returncode == 0, trained.stderr
-    assert "RUN COMPLETED: " in trained.stdout
+    assert "TRAINING COMPLETE after " in trained.stdout
     assert list((project / "checkpoints" / f"{NAME}_v0").glob("latest_epoch_checkpoint_*.pt"))
 
 
@@ -389,7 +390,7 @@ def test_installed_wheel_inits_and_trains_outside_the_checkout(wheel, tmp_path):
     assert "all dotted paths resolve" in checked.stdout, checked.stderr
     trained = run([*cli, "train", config, "--override", "max_epochs=1"], cwd=project)
     assert trained.returncode == 0, trained.stderr
-    assert "RUN COMPLETED: " in trained.stdout
+    assert "TRAINING COMPLETE after " in trained.stdout
 
 
 @pytest.mark.slow
@@ -404,7 +405,7 @@ def test_installed_wheel_trains_a_copy_of_the_synthetic_example(wheel, tmp_path)
     config = "--config=examples/synthetic/configs/synthetic_v0.py"
     trained = run([*cli_command(bin_dir), "train", config, "--override", "max_epochs=2"], work)
     assert trained.returncode == 0, trained.stderr
-    assert "RUN COMPLETED: " in trained.stdout and "epoch 2/2 " in trained.stdout
+    assert "TRAINING COMPLETE after " in trained.stdout and "epoch 2/2 " in trained.stdout
     assert (
         work / "examples/synthetic/checkpoints/synthetic_v0/latest_epoch_checkpoint_2.pt"
     ).exists()

@@ -234,3 +234,136 @@ def test_a_progress_line_says_how_old_a_loss_read_earlier_is(capsys):
     assert "| loss 0.75 |" in lines[0]
     # Read at iteration 2, shown at 4: the line says so rather than pass it off as current.
     assert "| loss 0.75 (iteration 2) |" in lines[1]
+
+
+# ---- progress lines in a log file ----
+
+
+def _lines_at(seconds_apart, iterations=100):
+    """The iterations a line is printed at, on a fake clock one second per iteration."""
+    from ignite.engine import Engine
+
+    from gatle_ignite.trainer.progress import ProgressLines
+
+    engine = Engine(lambda engine, batch: None)
+    printed = []
+    lines = ProgressLines(
+        "TRAIN", every=1, seconds_apart=seconds_apart, clock=lambda: float(engine.state.iteration)
+    )
+    lines.attach(engine)
+
+    @engine.on(Events.ITERATION_COMPLETED)
+    def _note(_engine):
+        printed.append(lines._last_line)
+
+    engine.run(range(iterations), max_epochs=1)
+    return sorted({int(at) for at in printed if at})
+
+
+def test_off_a_terminal_progress_lines_are_seconds_apart_on_the_clock(capsys):
+    # One second per iteration, 30 s apart: a line at 30, 60 and 90 s, none at the start.
+    assert _lines_at(30) == [30, 60, 90]
+    out = capsys.readouterr().out
+    assert [re.search(r"epoch 1: (\d+)/100", line)[1] for line in out.splitlines()] == [
+        "30",
+        "60",
+        "90",
+    ]
+    # 0: a line at every point the cadence reaches, as on a terminal.
+    assert _lines_at(0) == list(range(1, 101))
+
+
+def test_a_run_into_a_log_file_prints_its_epoch_blocks_and_no_line_each_tenth(make_cfg, capsys):
+    # capsys's stdout is no terminal, like a log file; the run takes far less than 30 s.
+    Trainer(0, make_cfg(max_epochs=2, logger_name=["text"], progress_seconds=30)).fit()
+    out = capsys.readouterr().out
+    assert "TRAIN epoch" not in out
+    assert "--- epoch 1/2 (iteration 4) ---" in out and "--- epoch 2/2 (iteration 8) ---" in out
+    # The same run with 0 prints a line at each point of the cadence (every iteration here).
+    Trainer(0, make_cfg(max_epochs=2, logger_name=["text"], replace_run=True)).fit()
+    assert capsys.readouterr().out.count(" TRAIN epoch ") == 8
+
+
+def test_on_a_terminal_the_progress_lines_ignore_progress_seconds(make_cfg, capsys, monkeypatch):
+    class Terminal:
+        """stdout as a terminal has it: isatty() is true."""
+
+        def __init__(self, stream):
+            self.stream = stream
+
+        def write(self, text):
+            return self.stream.write(text)
+
+        def flush(self):
+            self.stream.flush()
+
+        def isatty(self):
+            return True
+
+    monkeypatch.setattr(sys, "stdout", Terminal(sys.stdout))
+    Trainer(0, make_cfg(max_epochs=1, logger_name=["text"], progress_seconds=30)).fit()
+    assert capsys.readouterr().out.count(" TRAIN epoch 1: ") == 4
+
+
+def test_progress_seconds_must_be_a_number_of_seconds(make_cfg):
+    from gatle_ignite.config.values import check_values
+
+    with pytest.raises(ConfigError, match="progress_seconds"):
+        check_values(make_cfg(progress_seconds=-1))
+    check_values(make_cfg(progress_seconds=2.5))
+    check_values(make_cfg(progress_seconds=10))
+
+
+class SpyLogger:
+    """A 0.4 test's spy: 0.4's logger protocol, recording each call, with no ``log`` method."""
+
+    def __init__(self):
+        self.calls = []
+
+    def start(self):
+        return self
+
+    def on_train_epoch_end(self, trainer, optimizer):
+        self.calls.append("on_train_epoch_end")
+
+    def on_train_iteration(self, trainer, model):
+        self.calls.append("on_train_iteration")
+
+    def on_valid_epoch_end(self, trainer, engine):
+        self.calls.append("on_valid_epoch_end")
+
+    def on_completion(self, trainer):
+        trainer.add_event_handler(Events.COMPLETED, lambda _: self.calls.append("completed"))
+
+    def finish(self, failed=False):
+        self.calls.append(f"finish(failed={failed})")
+
+
+class FinishOnlyLogger(SpyLogger):
+    on_train_epoch_end = on_train_iteration = on_valid_epoch_end = on_completion = None
+
+
+@pytest.mark.parametrize(
+    ("logger", "calls"),
+    [
+        (
+            SpyLogger,
+            [
+                "on_train_epoch_end",
+                "on_train_iteration",
+                "on_valid_epoch_end",
+                "completed",
+                "finish(failed=False)",
+            ],
+        ),
+        (FinishOnlyLogger, ["finish(failed=False)"]),
+    ],
+)
+def test_a_logger_without_a_method_is_skipped_for_that_method(make_cfg, logger, calls):
+    # Each epoch's perf/ record goes to log(), which neither has: a call a logger cannot take
+    # is left out, and the run trains to its end.
+    task = Trainer(0, make_cfg(max_epochs=2)).setup()
+    task.logger = logger()
+    task.fit()
+    assert task.engines["trainer"].state.epoch == 2
+    assert task.logger.calls == calls

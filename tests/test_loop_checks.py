@@ -168,6 +168,38 @@ def test_host_reads_per_iteration_are_at_most_one_per_check(make_cfg, monkeypatc
     assert per_iteration == pytest.approx(1 / every)
 
 
+class CountingAllReads(Trainer):
+    """Counts every read of the run, from its first iteration to its end."""
+
+    def attach_progress(self):
+        super().attach_progress()
+        self.counter.count = 0
+
+
+def _loss_points(cfg):
+    return [(r["step"], r["value"]) for r in _logged_steps(cfg) if r["name"] == "train/loss"]
+
+
+def test_logged_points_cost_no_read_of_their_own(make_cfg, monkeypatch, tmp_path):
+    # 10 epochs of 32 iterations; log_every unset, so a point every epoch_length // 20 = 1
+    # iteration. The points' losses are read at the check points, every 16 iterations.
+    fields = dict(max_epochs=10, train_ds_params={"n": 512, "bs": 16, "shuffle": True})
+    fields.update(logger_name=["csv"], every_val=0, save_ckpt=False, score_name=None)
+    task = CountingAllReads(0, make_cfg(check_every=16, **fields))
+    task.counter = ReadCounter(monkeypatch)
+    task.fit()
+    iterations = task.engines["trainer"].state.iteration
+    assert iterations == 320
+    assert task.counter.count / iterations <= 0.2
+    # Every point is still logged, with the loss of its own iteration: what a run reading
+    # every step logs.
+    every_step = make_cfg(check_every=1, **{**fields, "save_dir": str(tmp_path / "k1")})
+    Trainer(0, every_step).fit()
+    points = _loss_points(task.cfg)
+    assert len(points) == 320
+    assert points == _loss_points(every_step)
+
+
 def test_check_every_defaults_to_every_step_for_one_cpu_process(make_cfg):
     task = Trainer(0, make_cfg(max_epochs=1))
     task.fit()

@@ -31,6 +31,7 @@ STEP_ROWS = [
     (1.0, 1, 4, "train/lr_0", 0.02),
     (1.2, 1, 4, "train/loss_avg", 1.0),
     (1.3, 1, 4, "valid/acc", 0.5),
+    (1.3, 1, 4, "valid/loss", 0.6),
     (1.3, 1, 4, "valid/confusion", "[[1, 0], [0, 1]]"),
     (2.0, 2, 8, "train/lr_0", 0.04),
     (2.2, 2, 8, "train/loss_avg", 0.8),
@@ -68,7 +69,8 @@ def _lines(ax):
 def test_one_panel_per_metric_in_a_valid_png(epoch_run, tmp_path):
     out = tmp_path / "curves.png"
     figure = plot_runs([epoch_run], out)
-    assert [ax.get_title() for ax in figure.axes] == ["train/loss_avg", "train/lr", "valid/acc"]
+    # Evaluation metrics first, then the training loss, then the learning rates.
+    assert [ax.get_title() for ax in figure.axes] == ["valid/acc", "train/loss_avg", "train/lr"]
     image = imread(out)
     # Three panels in one row of 4.5 x 3.2 inches at 100 dpi, RGBA.
     assert image.shape == (320, 1350, 4)
@@ -79,10 +81,10 @@ def test_a_run_with_more_metrics_gets_more_panels(epoch_run, step_run, tmp_path)
     more = plot_runs([step_run], tmp_path / "more.png")
     # The list-valued confusion matrix has no curve and no panel.
     assert [ax.get_title() for ax in more.axes] == [
-        "train/loss_avg",
-        "train/lr",
         "valid/acc",
         "valid/loss",
+        "train/loss_avg",
+        "train/lr",
     ]
     assert len(more.axes) == len(fewer.axes) + 1
     assert imread(tmp_path / "more.png").shape == (640, 1350, 4)
@@ -98,7 +100,7 @@ def test_runs_are_overlaid_under_their_directory_names(epoch_run, step_run, tmp_
     colours = {line.get_label(): line.get_color() for line in lr.get_lines()}
     loss = _panel(figure, "train/loss_avg")
     assert {line.get_label(): line.get_color() for line in loss.get_lines()} == colours
-    assert _lines(_panel(figure, "valid/loss")) == {"step_run": [8]}
+    assert _lines(_panel(figure, "valid/loss")) == {"step_run": [4, 8]}
 
 
 def test_epoch_metrics_without_a_step_fall_back_to_the_epoch(epoch_run, step_run, tmp_path):
@@ -117,12 +119,21 @@ def test_a_trained_run_gets_a_panel_per_logged_metric(tmp_path):
     Trainer(0, toy_config(save_dir=str(save_dir), logger_name=["csv"], log_every=2)).fit()
     with open(save_dir / "metrics.csv", newline="", encoding="utf-8") as handle:
         names = sorted({row["name"] for row in csv.DictReader(handle)})
-    figure = plot_runs([save_dir], tmp_path / "toy.png")
+    figure = plot_runs([save_dir], tmp_path / "toy.png", perf=True)
     assert "valid/acc" in names and "train/lr_0" in names and "train/loss_ce_avg" in names
-    # The toy's one loss term is the total again: one panel for both, named so.
-    merged = {"train/loss_avg": "train/loss_avg = train/loss_ce_avg", "train/lr_0": "train/lr"}
-    shown = [merged.get(name, name) for name in names if name != "train/loss_ce_avg"]
-    assert [ax.get_title() for ax in figure.axes] == shown
+    # The score leads and says which way is better; the toy's one loss term is the total
+    # again: one panel for both, named so. Its learning rate is constant: no panel.
+    assert [ax.get_title() for ax in figure.axes] == [
+        "valid/acc (score, higher is better)",
+        "train/loss",
+        "train/loss_avg = train/loss_ce_avg",
+    ]
+    assert figure.get_suptitle() == "Constant over the run: train/lr = 0.01"
+    # The perf/ metrics: a figure of their own, FLOPs per step (logged once) named, not drawn.
+    perf = [name for name in names if name.startswith("perf/")]
+    drawn = imread(tmp_path / "toy_perf.png")
+    assert drawn.shape[1] == 1350 and len(perf) >= 8
+    assert "perf/flops_per_step" in perf
 
 
 def test_param_groups_share_one_lr_panel_a_line_each(tmp_path):
@@ -140,6 +151,7 @@ def test_a_real_runs_lr_lines_are_named_after_its_param_groups(tmp_path):
     save_dir = tmp_path / "named"
     optimizer = {"optimizer_name": "gatle_ignite.optimizers.adamw"}
     optimizer["optimizer_params"] = {"lr": 1e-2, "weight_decay": 0.1}
+    optimizer["lr_scheduler"] = "gatle_ignite.schedulers.cosine"
     Trainer(0, toy_config(save_dir=str(save_dir), logger_name=["csv"], **optimizer)).fit()
     assert json.loads((save_dir / "run.json").read_text())["lr_groups"] == ["decay", "no_decay"]
     figure = plot_runs([save_dir], tmp_path / "named.png")
@@ -148,8 +160,11 @@ def test_a_real_runs_lr_lines_are_named_after_its_param_groups(tmp_path):
 
 
 def test_a_metric_equal_to_another_in_only_one_run_keeps_its_panel(tmp_path):
-    same = [(1.0, 1, 4, "train/loss_avg", 0.5), (1.0, 1, 4, "train/loss_ce_avg", 0.5)]
-    differs = [(1.0, 1, 4, "train/loss_avg", 0.5), (1.0, 1, 4, "train/loss_ce_avg", 0.25)]
+    same = [
+        (1.0, 1, s, name, 1 / s) for s in (4, 8) for name in ("train/loss_avg", "train/loss_ce_avg")
+    ]
+    differs = [(1.0, 1, s, "train/loss_avg", 1 / s) for s in (4, 8)]
+    differs += [(1.0, 1, s, "train/loss_ce_avg", 0.5 / s) for s in (4, 8)]
     one = _run_dir(tmp_path / "same", same)
     assert [ax.get_title() for ax in plot_runs([one], tmp_path / "a.png").axes] == [
         "train/loss_avg = train/loss_ce_avg"
@@ -229,7 +244,8 @@ def test_a_folder_stands_for_every_run_below_it(folder_of_runs, tmp_path):
     paths, labels = runs_to_draw([str(folder)])
     assert sorted(paths) == sorted(runs)
     figure = plot_runs(paths, tmp_path / "folder.png", labels)
-    assert set(_lines(_panel(figure, "valid/acc"))) == {"lr0.1", "lr0.01", "lr0.001"}
+    score = _panel(figure, "valid/acc (score, higher is better)")
+    assert set(_lines(score)) == {"lr0.1", "lr0.01", "lr0.001"}
 
 
 def test_best_k_draws_only_the_highest_scoring_runs_best_first(folder_of_runs, tmp_path, capsys):
@@ -238,7 +254,9 @@ def test_best_k_draws_only_the_highest_scoring_runs_best_first(folder_of_runs, t
     assert runs_to_draw([str(folder)], best=2)[0] == ranked[:2]
     out = tmp_path / "best.png"
     assert main(["plot", str(folder), "--best", "2", "--out", str(out)]) == 0
-    assert capsys.readouterr().out.endswith(f"of the best 2 run(s) written to {out}\n")
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].endswith(f"of the best 2 run(s) written to {out}")
+    assert lines[1].endswith("perf/ panel(s), which --perf draws apart")
     assert out.read_bytes().startswith(b"\x89PNG")
     with pytest.raises(SystemExit) as refused:
         main(["plot", str(folder), "--best", "0", "--out", str(out)])
@@ -286,11 +304,12 @@ def test_a_sweep_overlays_its_trials_and_writes_its_studys_plots(sweep, tmp_path
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].endswith(f"of 4 run(s) written to {out}")
     studies = [tmp_path / f"sweep_{kind}.png" for kind in ("history", "importance", "parallel")]
-    assert lines[1] == f"STUDY: {', '.join(map(str, studies))}"
+    assert lines[2] == f"STUDY: {', '.join(map(str, studies))}"
     for path in (out, *studies):
         assert imread(path).shape[2] == 4
     paths, labels = runs_to_draw([str(sweep)])
-    assert labels == [f"trial {n}" for n in range(4)]
+    # A trial is named with its sweep (its study).
+    assert labels == [f"toy_lr/trial {n}" for n in range(4)]
 
 
 def test_without_optuna_a_sweeps_plot_names_the_extra(sweep, tmp_path, capsys, monkeypatch):
@@ -300,3 +319,120 @@ def test_without_optuna_a_sweeps_plot_names_the_extra(sweep, tmp_path, capsys, m
     err = capsys.readouterr().err
     assert 'pip install "gatle-ignite[sweep]"' in err and "Traceback" not in err
     assert not out.exists()
+
+
+# ---- what leads, what is chosen, which axis ----
+
+
+def _train_bs(save_dir, bs, **fields):
+    data = {"train_ds_name": "tests.toy.perf_data"}
+    data["train_ds_params"] = {"n": 64, "bs": bs, "shuffle": True, "seed": 0, **fields}
+    Trainer(0, toy_config(save_dir=str(save_dir), max_epochs=2, log_every=1, **data)).fit()
+    return save_dir
+
+
+@pytest.fixture(scope="module")
+def batch_sizes(tmp_path_factory):
+    """Two real runs over the same 64 samples an epoch, in batches of 8 and of 32; the first
+    says how many tokens a sample holds."""
+    folder = tmp_path_factory.mktemp("batches")
+    return _train_bs(folder / "bs8", 8, tokens_per_sample=10), _train_bs(folder / "bs32", 32)
+
+
+def test_a_score_that_is_lower_when_better_says_so_first(tmp_path):
+    save_dir = tmp_path / "lower"
+    Trainer(0, toy_config(save_dir=str(save_dir), score_factor=-1)).fit()
+    figure = plot_runs([save_dir], tmp_path / "lower.png")
+    assert figure.axes[0].get_title() == "valid/acc (score, lower is better)"
+
+
+def test_metrics_patterns_choose_the_panels(epoch_run, step_run, tmp_path, capsys):
+    figure = plot_runs([epoch_run, step_run], tmp_path / "some.png", metrics=["valid/*"])
+    assert [ax.get_title() for ax in figure.axes] == ["valid/acc", "valid/loss"]
+    # A learning-rate panel answers to its own title and to its groups' names.
+    figure = plot_runs([step_run], tmp_path / "lr.png", metrics=["train/lr", "*loss_avg"])
+    assert [ax.get_title() for ax in figure.axes] == ["train/loss_avg", "train/lr"]
+    out = tmp_path / "never.png"
+    assert main(["plot", str(step_run), "--out", str(out), "--metrics", "valid/ppl"]) == 2
+    err = capsys.readouterr().err
+    assert "--metrics 'valid/ppl' matches no metric of these runs" in err
+    assert "train/loss_avg, train/lr, train/lr_0, valid/acc, valid/loss" in err
+    assert not out.exists()
+
+
+def test_a_perf_metric_chosen_by_name_is_drawn_with_the_rest(batch_sizes, tmp_path):
+    bs8, _bs32 = batch_sizes
+    figure = plot_runs([bs8], tmp_path / "perf.png", metrics=["valid/acc", "perf/samples_per_s"])
+    assert [ax.get_title() for ax in figure.axes] == [
+        "valid/acc (score, higher is better)",
+        "perf/samples_per_s",
+    ]
+
+
+def test_the_perf_option_writes_the_perf_panels_beside_the_figure(batch_sizes, tmp_path, capsys):
+    bs8, _bs32 = batch_sizes
+    out = tmp_path / "run.png"
+    assert main(["plot", str(bs8), "--out", str(out), "--perf"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1].startswith("PERF: ") and lines[1].endswith(
+        f"written to {tmp_path}/run_perf.png"
+    )
+    assert imread(tmp_path / "run_perf.png").shape[2] == 4
+
+
+def test_samples_put_runs_of_other_batch_sizes_on_one_axis(batch_sizes, tmp_path):
+    bs8, bs32 = batch_sizes
+    by_iteration = plot_runs([bs8, bs32], tmp_path / "it.png")
+    score = "valid/acc (score, higher is better)"
+    # Each epoch ends at the 8th iteration of one run and the 2nd of the other...
+    assert _lines(_panel(by_iteration, score)) == {"bs8": [8, 16], "bs32": [2, 4]}
+    # ... and after the same 64 samples of both.
+    by_samples = plot_runs([bs8, bs32], tmp_path / "samples.png", x="samples")
+    acc = _panel(by_samples, score)
+    assert _lines(acc) == {"bs8": [64, 128], "bs32": [64, 128]}
+    assert acc.get_xlabel() == "samples seen"
+    loss = _lines(_panel(by_samples, "train/loss"))
+    assert loss["bs8"] == [8 * i for i in range(1, 17)] and loss["bs32"] == [32, 64, 96, 128]
+    by_epoch = plot_runs([bs8, bs32], tmp_path / "epoch.png", x="epoch")
+    assert _lines(_panel(by_epoch, score)) == {"bs8": [1, 2], "bs32": [1, 2]}
+    assert _lines(_panel(by_epoch, "train/loss"))["bs32"] == [0.5, 1, 1.5, 2]
+
+
+def test_samples_come_from_the_perf_rows_where_the_config_has_no_batch_size(batch_sizes, tmp_path):
+    bs8, _bs32 = batch_sizes
+    copied = tmp_path / "no_bs"
+    copied.mkdir()
+    (copied / "metrics.csv").write_bytes((bs8 / "metrics.csv").read_bytes())
+    manifest = json.loads((bs8 / "run.json").read_text())
+    del manifest["config"]["train_ds_params"]["bs"]
+    (copied / "run.json").write_text(json.dumps(manifest))
+    figure = plot_runs([copied], tmp_path / "perf_rows.png", x="samples")
+    [xs] = _lines(_panel(figure, "valid/acc (score, higher is better)")).values()
+    assert xs == pytest.approx([64, 128])
+
+
+def test_tokens_only_for_runs_that_recorded_them(batch_sizes, tmp_path, capsys):
+    bs8, bs32 = batch_sizes
+    with pytest.warns(UserWarning, match="bs32 recorded no tokens"):
+        figure = plot_runs([bs8, bs32], tmp_path / "tokens.png", x="tokens")
+    acc = _panel(figure, "valid/acc (score, higher is better)")
+    # 10 tokens a sample, 64 samples an epoch.
+    assert _lines(acc) == {"bs8": pytest.approx([640, 1280])}
+    assert acc.get_xlabel() == "tokens seen"
+    out = tmp_path / "never.png"
+    assert main(["plot", str(bs32), "--out", str(out), "--x", "tokens"]) == 2
+    err = capsys.readouterr().err
+    assert "--x tokens: none of these runs recorded tokens" in err
+    assert "tokens_per_sample" in err and not out.exists()
+
+
+def test_best_k_refuses_to_rank_runs_of_other_scores(folder_of_runs, tmp_path, capsys):
+    folder, _runs = folder_of_runs
+    lower = tmp_path / "lower"
+    Trainer(0, toy_config(save_dir=str(lower), score_factor=-1)).fit()
+    capsys.readouterr()
+    out = tmp_path / "never.png"
+    assert main(["plot", str(folder), str(lower), "--best", "2", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "scored by different metrics or directions" in err
+    assert "3 by valid/acc (higher is better); 1 by valid/acc (lower is better)" in err

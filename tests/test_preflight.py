@@ -32,10 +32,22 @@ COSINE = "lr_scheduler=gatle_ignite.schedulers.cosine"
 PLATEAU = "lr_scheduler=gatle_ignite.schedulers.plateau"
 ACC = {"acc": {"cls_name": "tests.toy.metric", "params": {"src_nme": "logits"}}}
 CE = {"dict_of_loss_params": {"ce": {"cls_name": "tests.toy.loss", "weight": 1.0}}}
+BUILTIN_CE = "gatle_ignite.losses.cross_entropy"
+
+
+def _loss_metric(**params):
+    return {"loss": {"cls_name": "gatle_ignite.metrics.loss", "params": params}}
 
 
 def _loss_entry(**entry):
     return {"dict_of_loss_params": {"ce": {"cls_name": "tests.toy.loss", **entry}}}
+
+
+BUILTIN_CE = "gatle_ignite.losses.cross_entropy"
+
+
+def _builtin_entry(**entry):
+    return {"dict_of_loss_params": {"ce": {"cls_name": BUILTIN_CE, **entry}}}
 
 
 @pytest.fixture(autouse=True)
@@ -107,6 +119,38 @@ MISTAKES = {
         [],
         ["criterion_params lacks 'dict_of_loss_params'"],
     ),
+    "built-in loss keyword reaching torch": (
+        {"criterion_name": BUILTIN_CE, "criterion_params": {"label_smothing": 0.1}},
+        [],
+        ["criterion_params.label_smothing:", "Did you mean 'label_smoothing'?"],
+    ),
+    "built-in loss term keyword": (
+        {"criterion_params": _loss_entry(weight=1.0, cls_name=BUILTIN_CE, loss_params={"tgt": 1})},
+        [],
+        ["criterion_params.dict_of_loss_params.ce.loss_params.tgt:", "takes no keyword 'tgt'"],
+    ),
+    "built-in metric keyword reaching ignite": (
+        {
+            "val_metrics": {
+                "acc": {
+                    "cls_name": "gatle_ignite.metrics.accuracy",
+                    "params": {"is_multilable": True},
+                }
+            }
+        },
+        [],
+        ["val_metrics.acc.params.is_multilable:", "Did you mean 'is_multilabel'?"],
+    ),
+    "loss metric keyword reaching its loss": (
+        {"val_metrics": _loss_metric(ignore_indx=-1)},
+        [],
+        ["val_metrics.loss.params.ignore_indx:", "gatle_ignite.losses.cross_entropy.Loss"],
+    ),
+    "loss metric naming no loss": (
+        {"val_metrics": _loss_metric(loss_name="gatle_ignite.losses.cross_entrop")},
+        [],
+        ["config field 'val_metrics.loss.params.loss_name'", "Did you mean"],
+    ),
     "metric keyword": (
         {"val_metrics": ACC},
         [],
@@ -173,6 +217,46 @@ MISTAKES = {
         ["logger_name=['discord']"],
         ["logger_name names 'discord', but no webhook URL is set"],
     ),
+    # Values the constructors refuse: the built-ins are built on stand-ins.
+    "negative learning rate": (
+        {},
+        ["optimizer_params.lr=-0.001"],
+        ["optimizer_params.lr: Invalid learning rate: -0.001", "fix cfg.optimizer_params.lr"],
+    ),
+    "beta out of range": (
+        {},
+        ["optimizer_params.betas=[0.9, 1.5]"],
+        ["optimizer_params.betas: Invalid beta parameter at index 1: 1.5"],
+    ),
+    "negative momentum": (
+        {},
+        ["optimizer_name=gatle_ignite.optimizers.sgd", "optimizer_params.momentum=-0.5"],
+        ["optimizer_params.momentum: Invalid momentum value: -0.5"],
+    ),
+    "plateau factor": (
+        {},
+        [PLATEAU, "lr_scheduler_params.factor=2.0"],
+        ["lr_scheduler_params not accepted by", "Factor should be < 1.0."],
+    ),
+    "plateau mode": (
+        {},
+        [PLATEAU, "lr_scheduler_params.mode=middle"],
+        ["lr_scheduler_params.mode: mode middle is unknown!"],
+    ),
+    "built-in loss value": (
+        {"criterion_name": BUILTIN_CE, "criterion_params": {"weight": "heavy"}},
+        [],
+        [f"criterion_params not accepted by {BUILTIN_CE}.Loss", "cannot assign 'str'"],
+    ),
+    "built-in loss term value": (
+        {"criterion_params": _builtin_entry(weight=1.0, loss_params={"weight": "heavy"})},
+        [],
+        [
+            "criterion_params.dict_of_loss_params.ce.loss_params not accepted by "
+            f"{BUILTIN_CE}.Loss",
+            "cannot assign 'str'",
+        ],
+    ),
 }
 
 
@@ -194,9 +278,20 @@ def test_config_and_train_refuse_a_mistake_alike_and_create_nothing(
     assert not save_dir.exists()
 
 
-# Values a built-in hands to torch (a negative lr) are checked when it is built: the dry run's.
-# fp16 needs a CUDA device, which is where the run is, not what the config says.
-BUILT_VALUES = ("optimizer_params.lr",)
+def test_a_module_named_like_a_builtin_failing_on_its_own_import_is_not_sent_to_the_builtin(
+    tmp_path, capsys
+):
+    (tmp_path / PACKAGE / "accuracy.py").write_text("import gi_test_package_not_installed\n")
+    metrics = {"acc": {"cls_name": f"{PACKAGE}.accuracy"}}
+    config = write_toy_config(
+        tmp_path / "cfg.py", save_dir=str(tmp_path / "run"), val_metrics=metrics
+    )
+    code, _out, err = _run(capsys, "config", config)
+    assert code == 2
+    verdict = _verdict(err)
+    assert "No module named 'gi_test_package_not_installed'" in verdict
+    assert "install the missing package" in verdict
+    assert "gatle_ignite.metrics.accuracy" not in verdict
 
 
 @pytest.mark.slow
@@ -208,7 +303,8 @@ BUILT_VALUES = ("optimizer_params.lr",)
 @given(field=st.sampled_from(FUZZED_FIELDS), value=fuzzed_values, raw=st.booleans())
 def test_a_config_that_config_accepts_trains(tmp_path, field, value, raw):
     _keep_it_small(field, value)
-    assume(field not in BUILT_VALUES and not (field == "amp_dtype" and value == "fp16"))
+    # fp16 needs a CUDA device, which is where the run is, not what the config says.
+    assume(not (field == "amp_dtype" and value == "fp16"))
     save_dir = tmp_path / "run"
     shutil.rmtree(save_dir, ignore_errors=True)
     config = tmp_path / "fuzzed.py"
@@ -261,6 +357,18 @@ ACCEPTED = {
         None,
         [PLATEAU, "lr_scheduler_params.threshold=0.01"],
     ),
+    "a built-in loss named as the criterion, with torch's keyword": (
+        None,
+        [f"criterion_name={BUILTIN_CE}", "criterion_params={'label_smoothing': 0.1}"],
+    ),
+    "a built-in metric with ignite's keyword, and the loss metric with its loss's": (
+        None,
+        [
+            "val_metrics={'acc': {'cls_name': 'gatle_ignite.metrics.accuracy', 'params': "
+            "{'is_multilabel': False}}, 'loss': {'cls_name': 'gatle_ignite.metrics.loss', "
+            "'params': {'label_smoothing': 0.1, 'tgt_name': 'labels'}}}",
+        ],
+    ),
     "any keyword to a model taking **kwargs": ("model_name", ["model_params.width=8"]),
     "any keyword to an optimizer the trainer builds itself": (
         "main_runner",
@@ -279,7 +387,7 @@ def test_what_the_components_take_passes_and_trains(tmp_path, capsys, own, overr
     for command in ("config", "train"):
         code, out, err = _run(capsys, command, config, *overrides)
         assert code == 0, (command, err)
-    assert "RUN COMPLETED" in out
+    assert "TRAINING COMPLETE after" in out
 
 
 # ----------------------------------------------------------------------------- the dry run

@@ -23,6 +23,9 @@ TRAIN = (
 )
 # Each target and the command it runs once the environment is set up.
 RUNS = [("train", TRAIN), ("test", "python -m pytest")]
+# What `make train` installs: training the synthetic example needs no extra.
+LIGHT = ["pip install torch==2.13.0", "pip install -e ."]
+STAMPS = {"train": ".gatle-ignite-trainable", "test": ".gatle-ignite-installed"}
 
 
 def _pip_lines(text: str) -> list[str]:
@@ -53,16 +56,17 @@ def _dry_run(target: str, venv: Path) -> list[str]:
     return done.stdout.replace("\\\n", " ").splitlines()
 
 
-def _environment(tmp_path, installed_after_pyproject: bool) -> Path:
-    """A stand-in environment with an install stamp newer or older than pyproject.toml."""
+def _environment(tmp_path, installed_after_pyproject: bool, stamps=None):
+    """A stand-in environment with install stamps newer or older than pyproject.toml (a full
+    install writes both)."""
     venv = tmp_path / "venv"
     (venv / "bin").mkdir(parents=True)
     (venv / "bin" / "python").touch()
-    stamp = venv / ".gatle-ignite-installed"
-    stamp.touch()
     pyproject = (ROOT / "pyproject.toml").stat().st_mtime
     offset = 60 if installed_after_pyproject else -60
-    os.utime(stamp, (pyproject + offset, pyproject + offset))
+    for name in STAMPS.values() if stamps is None else stamps:
+        (venv / name).touch()
+        os.utime(venv / name, (pyproject + offset, pyproject + offset))
     return venv
 
 
@@ -82,10 +86,23 @@ def test_a_changed_pyproject_installs_again_before_running(tmp_path, target, com
     venv = _environment(tmp_path, installed_after_pyproject=False)
     commands = [_squeeze(c) for c in _dry_run(target, venv)]
     installs = [c.split(" -m ", 1)[1] for c in commands if " -m pip install" in c]
-    assert installs == _readme_install_lines()
-    assert commands[-2] == f"touch {venv}/.gatle-ignite-installed"
+    assert installs == (LIGHT if target == "train" else _readme_install_lines())
+    assert commands[-2].startswith(f"touch {venv}/{STAMPS[target]}")
     assert commands[-1].endswith(command)
     assert not any("-m venv" in c for c in commands)
+
+
+def test_make_test_after_make_train_completes_the_install(tmp_path):
+    venv = _environment(tmp_path, True, stamps=[STAMPS["train"]])
+    assert _squeeze(_dry_run("train", venv)[-1]).endswith(TRAIN)
+    commands = [_squeeze(c) for c in _dry_run("test", venv)]
+    installs = [c.split(" -m ", 1)[1] for c in commands if " -m pip install" in c]
+    assert installs == _readme_install_lines()
+
+
+def test_the_readme_says_what_make_train_installs():
+    quick_start = README.split("## Quick start", 1)[1].split("## Install", 1)[0]
+    assert all(f"`{line}`" in quick_start for line in LIGHT)
 
 
 def test_a_missing_environment_is_created_first(tmp_path):

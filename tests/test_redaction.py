@@ -100,9 +100,14 @@ def recorded_configs():
         ("discord_url", True),
         ("HTTPProxyURL", True),
         ("api_key2", True),
+        ("hub_token_secret_id", True),
         # The negative control: hyperparameters that only look like credentials.
         ("max_tokens", False),
         ("tokenizer_name", False),
+        # A model config's token ids: redacted, config.json could not rebuild the model.
+        ("bos_token_id", False),
+        ("pad_token_id", False),
+        ("decoder_start_token_id", False),
         ("crit_keys", False),
         ("num_keys", False),
         ("key_dim", False),

@@ -14,15 +14,17 @@ import signal
 import subprocess
 import sys
 import time
+import warnings
 from pathlib import Path
 
 import pytest
 import torch
+from ignite.engine import Events
 
 from gatle_ignite.cli.main import main
 from gatle_ignite.config.loader import load_config_from_file
-from gatle_ignite.dispatch import ConfigError
 from gatle_ignite.run.layout import MANIFEST_FILE, checkpoint_files
+from gatle_ignite.trainer.lifecycle import EXIT_DIVERGED
 from tests.conftest import HANG_S, ROOT, child_env
 from tests.toy.config_file import write_toy_config
 from tests.toy.trainer import Trainer as ToyTrainer
@@ -86,7 +88,7 @@ def test_a_diverged_run_is_recorded_as_such(tmp_path, cli):
             "nan": {"cls_name": "tests.toy.nan_loss", "weight": 1.0, "start_iteration": 3},
         }
     }
-    assert cli("train", _config(tmp_path, criterion_params=nan_from_3))[0] == 0
+    assert cli("train", _config(tmp_path, criterion_params=nan_from_3))[0] == EXIT_DIVERGED
     manifest = _manifest(tmp_path / "toy")
     assert manifest["state"] == "diverged"
     assert "iteration 3" in manifest["stop_reason"]
@@ -195,16 +197,28 @@ def _scripted(config, **fields):
     return ToyTrainer(0, cfg)
 
 
-def test_setup_on_a_finished_runs_config_touches_nothing_and_fit_still_refuses(tmp_path, cli):
+def test_a_scripts_fresh_run_trains_beside_a_finished_run_and_records_nothing_there(tmp_path, cli):
+    # 0.4's teacher_student verify script, unchanged: fit() with a shorter max_epochs in the
+    # save_dir of the run it checks, after setup() and a handler of its own. A script cannot
+    # pass --override; the command still refuses such a run (the test above).
     config = _config(tmp_path)
     assert cli("train", config)[0] == 0
     before = _snapshot(tmp_path / "toy")
-    task = _scripted(config).setup()
-    assert task.model is not None and task._latest is not None
+    task = _scripted(config, max_epochs=1).setup()
+    assert task.model is not None
     assert _snapshot(tmp_path / "toy") == before
-    with pytest.raises(ConfigError, match="already holds run 'toy'"):
+    trained = []
+    task.engines["trainer"].add_event_handler(
+        Events.ITERATION_COMPLETED, lambda engine: trained.append(engine.state.iteration)
+    )
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
         task.fit()
+    assert trained == [1, 2]
     assert _snapshot(tmp_path / "toy") == before
+    [warning] = [str(w.message) for w in caught]
+    assert "holds run 'toy'" in warning and "from a script's fit()" in warning
+    assert "trains without writing anything there" in warning and "\n" not in warning
 
 
 def test_a_run_saving_nothing_trains_beside_a_finished_run_and_writes_nothing_there(tmp_path, cli):
@@ -221,7 +235,7 @@ def test_a_run_saving_nothing_trains_beside_a_finished_run_and_writes_nothing_th
     # Through the CLI too: it trains, says so, and shows no summary of the other run.
     with pytest.warns(UserWarning, match="trains without writing anything there"):
         code, out, _err = cli("train", config, "save_ckpt=False")
-    assert code == 0 and "TRAIN epoch 2" in out and "RUN COMPLETED" not in out
+    assert code == 0 and "TRAIN epoch 2" in out and "TRAINING COMPLETE after 2 epochs: " not in out
     assert "TRAINING COMPLETE, nothing recorded" in out
     assert _snapshot(tmp_path / "toy") == before
 
@@ -592,14 +606,14 @@ def test_status_tells_a_part_epoch_apart_from_a_whole_one(tmp_path, cli, capsys)
     )
 
 
-def test_status_exits_75_for_a_preempted_or_killed_run_and_1_for_a_failed_one(
+def test_status_exits_75_for_a_preempted_or_killed_run_1_for_a_failed_one_65_a_diverged_one(
     tmp_path, cli, capsys
 ):
     config = _config(tmp_path, max_epochs=1)
     assert cli("train", config)[0] == 0
     manifest = _manifest(tmp_path / "toy")
     shown = {"preempted": "preempted", "running": "interrupted", "failed": "failed"}
-    for state, expected in (("preempted", 75), ("running", 75), ("failed", 1), ("diverged", 1)):
+    for state, expected in (("preempted", 75), ("running", 75), ("failed", 1), ("diverged", 65)):
         manifest["state"] = state
         (tmp_path / "toy" / MANIFEST_FILE).write_text(json.dumps(manifest))
         code, out = _status(tmp_path / "toy", capsys)

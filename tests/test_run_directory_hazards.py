@@ -143,7 +143,11 @@ def test_a_kill_while_a_backend_finishes_leaves_a_finished_run(tmp_path, cli, ca
     assert code == 0 and "state:    completed" in out
     code, out, err = cli("train", config, "resume=True")
     assert code == 0, err
-    assert "NOTHING TO DO" in out and "RUN COMPLETED" in out and "RUN RUNNING" not in out
+    assert (
+        "NOTHING TO DO" in out
+        and "TRAINING COMPLETE after" in out
+        and "TRAINING RUNNING" not in out
+    )
 
 
 def test_resuming_a_finished_run_still_recorded_running_repairs_it(tmp_path, cli, capsys):
@@ -157,7 +161,7 @@ def test_resuming_a_finished_run_still_recorded_running_repairs_it(tmp_path, cli
     assert _status(run, capsys)[0] == 75
     code, out, err = cli("train", config, "resume=True")
     assert code == 0, err
-    assert "NOTHING TO DO" in out and "REPAIRED" in out and "RUN COMPLETED" in out
+    assert "NOTHING TO DO" in out and "REPAIRED" in out and "TRAINING COMPLETE after" in out
     assert _status(run, capsys)[0] == 0
     code, out, _err = cli("train", config, "resume=True")
     assert code == 0 and "NOTHING TO DO" in out and "REPAIRED" not in out
@@ -277,13 +281,13 @@ def test_accept_changes_naming_a_typo_or_an_unchanged_field_is_refused(tmp_path,
 # ---- a file rotated out between listing and reading ----
 
 
-@pytest.mark.parametrize("reader", ["load_checkpoint_file", "read_progress"])
+@pytest.mark.parametrize("reader", ["load_checkpoint_file", "read_origin"])
 def test_a_checkpoint_rotated_out_under_eval_is_not_there(tmp_path, cli, monkeypatch, reader):
     config = _config(tmp_path, n_saved=None)
     assert cli("train", config)[0] == 0
     run = tmp_path / "toy"
     newest = run / "latest_epoch_checkpoint_2.pt"
-    if reader == "read_progress":
+    if reader == "read_origin":
         # Written after eval read the index: a file eval adopts from the listing.
         manifest = _manifest(run)
         manifest["checkpoints"] = [e for e in manifest["checkpoints"] if e["file"] != newest.name]

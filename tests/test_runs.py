@@ -42,9 +42,12 @@ def lr_runs(tmp_path_factory):
     return folder
 
 
-def _runs(capsys, *args) -> tuple:
+def _runs(capsys, *args, columns=200) -> tuple:
     capsys.readouterr()  # what training printed before
-    code = main(["runs", *map(str, args)])
+    with pytest.MonkeyPatch.context() as patch:
+        # The terminal's width, as shutil.get_terminal_size reads it.
+        patch.setenv("COLUMNS", str(columns))
+        code = main(["runs", *map(str, args)])
     out, err = capsys.readouterr()
     return code, out, err
 
@@ -61,26 +64,16 @@ def _csv(out: str) -> list:
 def test_a_folder_of_runs_is_one_line_each_best_score_first(lr_runs, capsys):
     code, out, _err = _runs(capsys, lr_runs)
     assert code == 0
-    assert out.splitlines()[0] == "3 run(s), the best valid/acc first"
+    assert out.splitlines()[0] == "3 run(s) scored by valid/acc (higher is better), the best first"
     header, *lines = _table(out)
-    assert header == [
-        "run",
-        "state",
-        "score",
-        "epoch",
-        "epochs",
-        "time",
-        "optimizer_params.lr",
-        "path",
-    ]
-    paths = [Path(line[-1]) for line in lines]
-    assert sorted(paths) == sorted(
-        [lr_runs / "lr0.001", lr_runs / "lr0.1", lr_runs / "nested" / "lr0.01"]
-    )
+    # The score column is headed by its metric; a differing field by its short name.
+    assert header == ["run", "state", "valid/acc", "epoch", "epochs", "time", "lr"]
+    by_name = {"lr0.001": "lr0.001", "lr0.1": "lr0.1", "lr0.01": "nested/lr0.01"}
+    paths = [lr_runs / by_name[line[0]] for line in lines]
     scores = [_best_score(path) for path in paths]
     assert scores == sorted(scores, reverse=True) and len(set(scores)) == 3
     for line, path in zip(lines, paths):
-        name, state, score, _epoch, epochs, _time, lr, _path = line
+        name, state, score, _epoch, epochs, _time, lr = line
         # Every run is named toy: the directory tells them apart.
         assert (name, state, epochs) == (path.name, "completed", "2/2")
         assert float(score) == pytest.approx(_best_score(path), abs=1e-4)
@@ -152,7 +145,7 @@ def test_runs_without_provenance_or_run_json_still_show(lr_runs, tmp_path, capsy
     # No manifest: the state is unknown, the best score comes from the file name, the config
     # from config.json.
     assert (old / CONFIG_FILE).is_file()
-    name, state, score, epoch, epochs, time, lr, _path = by_name["old"]
+    name, state, score, epoch, epochs, time, lr = by_name["old"]
     assert (state, epochs, time, lr) == ("unknown", "2/2", "-", "0.001")
     assert float(score) == pytest.approx(_best_score(lr_runs / "lr0.001"), abs=1e-4)
 
@@ -168,9 +161,10 @@ def test_a_sweeps_trials_show_their_number_their_parameters_and_pruned(tmp_path,
         manifest.update(state="pruned" if number else "completed")
         (trial / MANIFEST_FILE).write_text(json.dumps(manifest))
     rows = _csv(_runs(capsys, "--csv", tmp_path / "sweep")[1])
+    # A trial is named with its sweep (the study), so two sweeps' trials differ.
     assert [(row["run"], row["state"]) for row in rows] == [
-        ("trial 0", "completed"),
-        ("trial 1", "pruned"),
+        ("lr_sweep/trial 0", "completed"),
+        ("lr_sweep/trial 1", "pruned"),
     ]
     # A swept parameter is a column even where every trial has the same value.
     assert (rows[0]["optimizer_params.lr"], rows[0]["seed"]) == ("0.1", "42")
@@ -201,3 +195,115 @@ def test_a_directory_without_runs_is_a_config_error(tmp_path, capsys):
     assert err.startswith(f"\nconfig error: no run in {tmp_path / 'empty'}")
     code, _out, err = _runs(capsys, tmp_path / "missing")
     assert code == 2 and "is not a directory" in err and "Traceback" not in err
+
+
+# ---- comparable runs, the fields that set them apart, the terminal's width ----
+
+ACC_LOWER = {"score_factor": -1}
+TWO_TERMS = {
+    "dict_of_loss_params": {
+        "ce": {"cls_name": "tests.toy.loss", "weight": 1.0},
+        "aux": {"cls_name": "tests.toy.loss", "weight": 0.5},
+    }
+}
+
+
+@pytest.fixture(scope="module")
+def mixed_runs(tmp_path_factory):
+    """Runs that differ in lr, model, loss terms and score direction, in one folder."""
+    folder = tmp_path_factory.mktemp("mixed")
+    plain = {"weight_decay": 0.0}
+    _train(folder / "a", optimizer_params={"lr": 0.1, **plain})
+    _train(
+        folder / "b",
+        optimizer_params={"lr": 0.01, **plain},
+        model_name="tests.toy.norm_model",
+        criterion_params=TWO_TERMS,
+    )
+    _train(folder / "c", optimizer_params={"lr": 0.001, **plain}, model_name="tests.toy.norm_model")
+    _train(folder / "lower1", optimizer_params={"lr": 0.1, **plain}, **ACC_LOWER)
+    _train(folder / "lower2", optimizer_params={"lr": 0.01, **plain}, **ACC_LOWER)
+    return folder
+
+
+def _parts(out: str) -> list:
+    """The tables of the output, each as its title and its lines split into cells."""
+    return [
+        (part.splitlines()[0], [line.split() for line in part.splitlines()[1:]])
+        for part in out.strip("\n").split("\n\n")
+    ]
+
+
+def test_runs_of_another_score_direction_are_ranked_apart(mixed_runs, capsys):
+    code, out, _err = _runs(capsys, mixed_runs)
+    assert code == 0
+    (higher, higher_rows), (lower, lower_rows) = _parts(out)
+    assert higher == "3 run(s) scored by valid/acc (higher is better), the best first"
+    assert lower == "2 run(s) scored by valid/acc (lower is better), the best first"
+    assert sorted(row[0] for row in higher_rows[1:]) == ["a", "b", "c"]
+    assert sorted(row[0] for row in lower_rows[1:]) == ["lower1", "lower2"]
+    higher_scores = [float(row[2]) for row in higher_rows[1:]]
+    lower_scores = [float(row[2]) for row in lower_rows[1:]]
+    assert higher_scores == sorted(higher_scores, reverse=True)
+    assert lower_scores == sorted(lower_scores)
+    # The CSV keeps one row per run and its columns, in the tables' order.
+    rows = _csv(_runs(capsys, "--csv", mixed_runs)[1])
+    assert [row["run"] for row in rows] == [row[0] for row in higher_rows[1:] + lower_rows[1:]]
+    assert list(rows[0])[:7] == [
+        "run",
+        "state",
+        "score",
+        "epoch",
+        "epochs",
+        "max_epochs",
+        "seconds",
+    ]
+    assert "criterion_params.dict_of_loss_params.aux.cls_name" in rows[0]
+
+
+def test_the_table_shows_the_few_fields_that_differ_by_short_names(mixed_runs, capsys):
+    (_title, lines), _lower = _parts(_runs(capsys, mixed_runs)[1])
+    header, *rows = lines
+    # lr and the model differ in every run; a loss term only one run has is left to --all,
+    # the score direction is the table's own, and a module path shows its last part.
+    assert header == ["run", "state", "valid/acc", "epoch", "epochs", "time", "lr", "model"]
+    models = {row[0]: row[-1] for row in rows}
+    assert models == {"a": "model", "b": "norm_model", "c": "norm_model"}
+    everything = _parts(_runs(capsys, "--all", mixed_runs)[1])[0][1][0]
+    assert everything[6:] == [
+        "criterion_params.dict_of_loss_params.aux.cls_name",
+        "criterion_params.dict_of_loss_params.aux.weight",
+        "model_name",
+        "optimizer_params.lr",
+        "path",
+    ]
+
+
+def test_the_table_fits_the_terminal_and_counts_what_it_leaves_out(mixed_runs, capsys):
+    wide = _runs(capsys, mixed_runs)[1].splitlines()
+    width = max(len(line) for line in wide[1:5])
+    narrow = _runs(capsys, mixed_runs, columns=width - 1)[1].splitlines()
+    # The model column does not fit: it goes, and a line says how to see it.
+    assert narrow[1].split()[-1] == "lr"
+    assert narrow[5] == "+1 more column(s): --all shows every differing field"
+    assert all(len(line) < width for line in narrow[1:5])
+    # --all shows every field whatever the width.
+    assert "path" in _runs(capsys, "--all", mixed_runs, columns=40)[1].splitlines()[1].split()
+
+
+def test_two_sweeps_trials_of_one_number_are_told_apart(tmp_path, capsys):
+    for sweep, study in (("first", "lr_a"), ("second", "lr_b"), ("third", "lr_b")):
+        trial = _lr_run(tmp_path / sweep / "trial_1", 0.1)
+        manifest = _manifest(trial)
+        record = {"sweep_dir": str(tmp_path / sweep), "study": study, "trial": 1}
+        manifest.update(sweep={**record, "params": {"optimizer_params.lr": 0.1}})
+        (trial / MANIFEST_FILE).write_text(json.dumps(manifest))
+    rows = _csv(_runs(capsys, "--csv", tmp_path)[1])
+    # Named with its sweep; where two sweeps share a study name, by its path.
+    assert sorted(row["run"] for row in rows) == ["lr_a/trial 1", "second/trial_1", "third/trial_1"]
+    table = _runs(capsys, tmp_path)[1].splitlines()
+    assert sorted(line.split("  ")[0] for line in table[2:]) == [
+        "lr_a/trial 1",
+        "second/trial_1",
+        "third/trial_1",
+    ]

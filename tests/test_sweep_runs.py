@@ -8,6 +8,7 @@ checked through what it leaves: the study, each trial's run.json and weights, an
 import csv
 import io
 import json
+import os
 import re
 import shlex
 import signal
@@ -154,7 +155,8 @@ def test_a_sweep_finishes_n_trials_each_a_run_of_its_parameters(tmp_path):
     # `runs` over the sweep: one row per trial, the best first, its score the study's best.
     table = _run([sys.executable, "-m", "gatle_ignite", "runs", str(sweep_dir), "--csv"])
     rows = list(csv.DictReader(io.StringIO(table)))
-    assert len(rows) == 3 and rows[0]["run"] == f"trial {best.number}"
+    # A trial is named with its sweep: the study, named after the sweep's directory.
+    assert len(rows) == 3 and rows[0]["run"] == f"sweep/trial {best.number}"
     assert float(rows[0]["score"]) == pytest.approx(best.value, abs=1e-4)
 
     # The same command asking for one more trial runs only that one.
@@ -162,6 +164,16 @@ def test_a_sweep_finishes_n_trials_each_a_run_of_its_parameters(tmp_path):
     assert _count(more, "trial ") == 2  # started, complete
     assert _count(more, "trial 3 started") == 1
     assert [n for n, state in _states(_study(sweep_dir)) if state == "COMPLETE"] == [0, 1, 2, 3]
+
+
+def test_a_lower_is_better_sweep_names_its_best_by_the_metrics_own_value(tmp_path):
+    loss = {"loss": {"cls_name": "gatle_ignite.metrics.loss", "params": {"tgt_name": "labels"}}}
+    fields = {"val_metrics": loss, "score_name": "valid/loss", "score_mode": "min"}
+    config, sweep_dir = _config(tmp_path, max_epochs=1, **fields), tmp_path / "sweep"
+    out = _run(_argv(config, sweep_dir, "--trials=2", "--param=optimizer_params.lr=[0.001, 0.05]"))
+    best = _study(sweep_dir).best_trial
+    assert best.value > 0  # the loss itself, not score_factor x loss
+    assert f"BEST: trial {best.number}, valid/loss {best.value:.5g} (lower is better)" in out
 
 
 def test_pruning_stops_a_trial_clearly_behind_after_its_checkpoint(tmp_path):
@@ -216,21 +228,54 @@ def test_pruning_stops_a_trial_clearly_behind_after_its_checkpoint(tmp_path):
     assert "NOTHING TO DO" in again.stdout and "was pruned by its sweep" in again.stdout
 
 
-def test_a_failed_trial_is_recorded_with_its_reason_and_the_sweep_goes_on(tmp_path):
+def test_diverged_trials_fail_in_the_study_and_never_stop_the_sweep(tmp_path):
     config = _config(tmp_path, max_epochs=1, fault_nan_rank=0, fault_nan_from=10**6)
     sweep_dir = tmp_path / "sweep"
     sweep_file = _sweep_file(
         tmp_path,
-        trials=2,
+        trials=3,
         params={"fault_nan_from": [1, 10**6]},
-        enqueue=[{"fault_nan_from": 1}, {"fault_nan_from": 10**6}],
+        enqueue=[{"fault_nan_from": 1}, {"fault_nan_from": 1}, {"fault_nan_from": 10**6}],
+        # A diverged trial is an outcome of its values, not a failure of the sweep's setup.
+        max_failures=1,
     )
     out = _run(_argv(config, sweep_dir, f"--sweep={sweep_file}"))
     study = _study(sweep_dir)
-    assert _states(study) == [(0, "FAIL"), (1, "COMPLETE")]
+    assert _states(study) == [(0, "FAIL"), (1, "FAIL"), (2, "COMPLETE")]
     reason = study.trials[0].user_attrs["fail_reason"]
     assert reason == "diverged: non-finite loss at iteration 1"
-    assert f"trial 0 failed: {reason}" in out
+    assert "trial 0 diverged (non-finite loss at iteration 1): a failed trial in the study" in out
+    assert "[trial_0000] TRAINING DIVERGED (non-finite loss at iteration 1)" in out
+    assert _manifest(_trial_dir(sweep_dir, 0))["state"] == "diverged"
+
+
+def _one_trial_sweep(tmp_path, until, iter_sleep_s=0.15):
+    """A sweep of one trial of slow iterations, started and read until a line matches ``until``:
+    ``(its argv, its process, its directory, the lines read)``."""
+    config = _config(tmp_path, iter_sleep_s=iter_sleep_s)
+    sweep_dir = tmp_path / "sweep"
+    argv = _argv(config, sweep_dir, "--trials=1", f"--param=optimizer_params.lr=[{GOOD_LR}]")
+    sweep = _start(argv)
+    return argv, sweep, sweep_dir, _read_until(sweep, until)
+
+
+def test_a_trial_killed_by_sigkill_is_failed_in_the_study_and_in_its_status_alike(tmp_path):
+    _, sweep, sweep_dir, seen = _one_trial_sweep(
+        tmp_path, r"^\[trial_0000\] .* TRAIN epoch 1: 2/4", iter_sleep_s=0.3
+    )
+    trial_dir = _trial_dir(sweep_dir, 0)
+    # The trial's own process, as the OOM killer would end it; the sweep lives on.
+    holder = json.loads((trial_dir / "run.lock").read_text())
+    os.kill(holder["pid"], signal.SIGKILL)
+    out = "".join(seen) + sweep.communicate(timeout=HANG_S)[0]
+    assert sweep.returncode == 1, out[-3000:]
+    assert "trial 0 failed: killed by SIGKILL" in out
+    assert _states(_study(sweep_dir)) == [(0, "FAIL")]
+    # status agrees with the study: failed (exit 1), not interrupted and resumable (75).
+    status = _ran([sys.executable, "-m", "gatle_ignite", "status", str(trial_dir)], expect=1)
+    assert "state:    failed (killed by SIGKILL; its sweep recorded the trial failed)" in (
+        status.stdout
+    )
 
 
 def test_a_sweep_whose_trials_keep_failing_stops_with_the_reason(tmp_path):
@@ -247,11 +292,9 @@ def test_a_sweep_whose_trials_keep_failing_stops_with_the_reason(tmp_path):
 
 
 def test_a_sigtermed_sweep_resumes_the_interrupted_trial_exactly(tmp_path):
-    config = _config(tmp_path, iter_sleep_s=0.15)
-    sweep_dir = tmp_path / "sweep"
-    argv = _argv(config, sweep_dir, "--trials=1", f"--param=optimizer_params.lr=[{GOOD_LR}]")
-    sweep = _start(argv)
-    seen = _read_until(sweep, r"^\[trial_0000\] .* TRAIN epoch 2: 2/4")
+    argv, sweep, sweep_dir, seen = _one_trial_sweep(
+        tmp_path, r"^\[trial_0000\] .* TRAIN epoch 2: 2/4"
+    )
     run_id = _manifest(_trial_dir(sweep_dir, 0))["run_id"]
     sweep.send_signal(signal.SIGTERM)
     out = "".join(seen) + sweep.communicate(timeout=HANG_S)[0]
@@ -286,11 +329,7 @@ def test_a_sigtermed_sweep_resumes_the_interrupted_trial_exactly(tmp_path):
 
 def test_ctrl_c_stops_a_sweep_as_a_preemption_not_a_failure(tmp_path):
     """A trial takes SIGINT as an error; the sweep passes a terminal's Ctrl-C on as SIGTERM."""
-    config = _config(tmp_path, iter_sleep_s=0.15)
-    sweep_dir = tmp_path / "sweep"
-    argv = _argv(config, sweep_dir, "--trials=1", f"--param=optimizer_params.lr=[{GOOD_LR}]")
-    sweep = _start(argv)
-    seen = _read_until(sweep, r"^\[trial_0000\] .* TRAIN epoch 1: 2/4")
+    _, sweep, sweep_dir, seen = _one_trial_sweep(tmp_path, r"^\[trial_0000\] .* TRAIN epoch 1: 2/4")
     sweep.send_signal(signal.SIGINT)
     out = "".join(seen) + sweep.communicate(timeout=HANG_S)[0]
     assert sweep.returncode == EXIT_PREEMPTED, out[-3000:]

@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import warnings
 
 import pytest
 import torch
@@ -15,6 +16,7 @@ from gatle_ignite.cli.main import main
 from gatle_ignite.dispatch import ConfigError
 from gatle_ignite.trainer.telemetry import epochs, flops
 from gatle_ignite.trainer.telemetry.devices import peak_tflops_of
+from gatle_ignite.trainer.telemetry.threads import oversubscription, usable_cores
 from gatle_ignite.utils.checkpoints import find_latest_checkpoint
 from tests.conftest import HANG_S, ROOT, child_env
 from tests.toy.config_file import write_toy_config
@@ -214,6 +216,73 @@ def test_the_advice_names_the_workers_a_loader_already_has():
     assert "waited for its next batch 60% of its time" in advice
     assert "num_workers = 64" in advice and f"{usable_cores()} CPU cores" in advice
     assert "cannot keep up" in advice
+
+
+def test_the_summary_counts_the_command_from_its_process_start(tmp_path):
+    # The process sleeps before the CLI is even imported: its start-up is that slow.
+    config = write_toy_config(tmp_path / "cfg.py", save_dir=str(tmp_path / "run"), max_epochs=1)
+    code = (
+        "import sys, time\n"
+        "time.sleep(8)\n"
+        "from gatle_ignite.cli.main import main\n"
+        f"sys.argv = ['gatle-ignite', 'train', '--config={config}']\n"
+        "sys.exit(main())\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        env=child_env(),
+        capture_output=True,
+        text=True,
+        timeout=HANG_S,
+    )
+    assert done.returncode == 0, done.stderr
+    headline = next(
+        line for line in done.stdout.splitlines() if line.startswith("TRAINING COMPLETE after ")
+    )
+    assert float(headline.split(", ")[-1].split(" s in this command")[0]) >= 8
+    [rest] = [p for p in done.stdout.split(", ") if p.startswith("the rest ")]
+    assert float(rest.split()[2]) >= 8
+
+
+@pytest.fixture
+def threads():
+    """torch's thread count, restored after the test."""
+    before = torch.get_num_threads()
+    yield torch.set_num_threads
+    torch.set_num_threads(before)
+
+
+def _fit_warnings(make_cfg):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        Trainer(0, make_cfg(max_epochs=1)).fit()
+    return [str(w.message) for w in caught if "threads" in str(w.message)]
+
+
+def test_threads_beyond_the_free_cores_are_named_once_with_the_fix(make_cfg, threads, monkeypatch):
+    cores = usable_cores()
+    threads(cores * 4)
+    # Other work as busy as every core: the load average the machine would report.
+    monkeypatch.setattr(os, "getloadavg", lambda: (float(cores), float(cores), float(cores)))
+    [message] = _fit_warnings(make_cfg)
+    assert f"torch runs {cores * 4} threads on {cores} usable CPU cores" in message
+    assert f"load average of {cores:.1f}" in message
+    assert "OMP_NUM_THREADS=1" in message and "torch.set_num_threads(1)" in message
+
+
+def test_threads_that_fit_the_cores_are_not_named(make_cfg, threads, monkeypatch):
+    # The negative control: the same run on an idle machine, one thread.
+    threads(1)
+    monkeypatch.setattr(os, "getloadavg", lambda: (0.0, 0.0, 0.0))
+    assert _fit_warnings(make_cfg) == []
+
+
+def test_several_processes_share_the_cores():
+    message = oversubscription(threads=4, processes=2, cores=4, load=0.0)
+    assert "2 processes x 4 threads on 4 usable CPU cores" in message
+    assert "OMP_NUM_THREADS=2" in message
+    assert oversubscription(threads=2, processes=2, cores=4, load=0.0) is None
 
 
 # ----------------------------------------------------------------------------- the profiler

@@ -406,3 +406,13 @@ def test_the_nan_check_stops_at_the_first_non_finite_loss(losses, stops_at, ever
     else:
         # Read at the epoch's end: the run stops there, naming the first bad iteration.
         assert engine.state.iteration == 5
+
+
+def test_setup_builds_a_task_whose_score_its_metrics_do_not_give_and_fit_refuses_it(make_cfg):
+    # A 0.4 script builds a task to inspect it without evaluating (CONTRACT 6.4): setup() only
+    # builds; the score is checked where it is used, by fit() (and by config and train before).
+    task = Trainer(0, make_cfg(score_name="valid/flat")).setup()
+    assert task.model is not None and task.engines["evaluator"] is not None
+    with pytest.raises(ConfigError, match=r"cfg.score_name = 'valid/flat', but the 'evaluator'"):
+        task.fit()
+    assert task.engines["trainer"].state.iteration == 0

@@ -51,6 +51,27 @@ def test_a_missing_path_step_names_the_path_walked():
     assert "could not resolve path ('b', 'nope') at 'b -> nope'" in str(info.value)
 
 
+def test_a_missing_path_step_lists_the_keys_there():
+    with pytest.raises(ConfigError) as info:
+        get_value({"targets": {"label": 1, "mask": 2}}, ("targets", "labels"))
+    assert str(info.value) == (
+        "could not resolve path ('targets', 'labels') at 'targets -> labels': "
+        "KeyError('labels'); available at targets: ['label', 'mask']"
+    )
+
+
+def test_targets_missing_from_what_prep_batch_returned_says_how_to_add_them():
+    prepared = {"model_input": {"x": 1}, "labels": 2}
+    with pytest.raises(ConfigError) as info:
+        get_value(prepared, ("targets", "labels"))
+    assert str(info.value) == (
+        "could not resolve path ('targets', 'labels') at 'targets': KeyError('targets'); "
+        "available at the top: ['model_input', 'labels']\n"
+        "  prep_batch returned no 'targets': add it to the dict it returns, e.g. "
+        '{"model_input": ..., "targets": {"labels": y}}, or point the path at a key it has.'
+    )
+
+
 def test_a_list_path_is_shown_as_a_tuple():
     with pytest.raises(ConfigError, match=r"could not resolve path \('b', 'nope'\) at 'b -> nope'"):
         get_value({"b": {}}, ["b", "nope"])

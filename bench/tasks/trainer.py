@@ -108,14 +108,36 @@ class Trainer(SyntheticTrainer):
         # Registered last, so an epoch's evaluation and checkpoints fall inside its stamp.
         trainer.add_event_handler(Events.EPOCH_COMPLETED, _stamp(self.record["train"]))
         if os.environ.get(common.FIRST_ITERATION_ENV):
-            # Only when asked: a once=1 filter still runs on every iteration.
-            trainer.add_event_handler(Events.ITERATION_STARTED(once=1), self._first_iteration)
+            # Only when asked, and gone after it: a once=1 filter would still run every time.
+            trainer.add_event_handler(Events.ITERATION_STARTED, self._first_iteration)
         if self.host_reads is not None:
             self.host_reads.attach(trainer)
+        if os.environ.get(common.BOUNDARY_ENV):
+            self._time_boundaries(trainer)
 
-    def _first_iteration(self, _engine):
-        # The wall clock, which the process that started this one can compare with its own.
+    def _time_boundaries(self, trainer):
+        """CPU from each epoch's last step to the next one's first (what the epoch's end and
+        the next start cost), and the end of the last step, for the run's end."""
+        self.record["boundaries"] = []
+
+        def started(engine):
+            if engine.state.iteration % engine.state.epoch_length == 1 and self._last_end:
+                self.record["boundaries"].append(time.process_time() - self._last_end)
+
+        def ended(_engine):
+            self._last_end = self.record["last_step_end"] = time.process_time()
+
+        self._last_end = None
+        # Last on both events: the step and every handler of it lie between the two stamps.
+        trainer.add_event_handler(Events.ITERATION_STARTED, started)
+        trainer.add_event_handler(Events.ITERATION_COMPLETED, ended)
+
+    def _first_iteration(self, engine):
+        engine.remove_event_handler(self._first_iteration, Events.ITERATION_STARTED)
+        # The wall clock, which the process that started this one can compare with its own,
+        # and this process's CPU time since it started.
         self.record["first_iteration"] = time.time()
+        self.record["first_iteration_cpu"] = time.process_time()
 
     def fit(self):
         super().fit()
@@ -126,6 +148,7 @@ class Trainer(SyntheticTrainer):
         """Write the record (rank 0 only) with the final loss over the training samples."""
         if idist.get_rank() != 0 or not os.environ.get(common.RECORD_ENV):
             return
+        self.record["record_started"] = time.process_time()
         if self.host_reads is not None:
             self.record["reads"] = self.host_reads.report()
         tensors = self.dls["train"].dataset.tensors
@@ -135,4 +158,5 @@ class Trainer(SyntheticTrainer):
         self.record["final_loss"] = common.final_loss(
             lambda x: model.forward(x=x)["logits"], tensors
         )
+        self.record["record_cpu"] = time.process_time() - self.record["record_started"]
         common.write_record(self.record)

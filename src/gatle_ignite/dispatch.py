@@ -7,6 +7,7 @@ import importlib.util
 import inspect
 import os
 import pkgutil
+import re
 import sys
 from pathlib import Path
 from typing import Optional
@@ -29,10 +30,14 @@ class ConfigError(Exception):
 def report_config_error(error: ConfigError) -> None:
     """Print ``config error: ...`` on stderr: the message and its fix, no traceback."""
     from gatle_ignite.redaction import redact_text  # ml_collections: not for `--version`
+    from gatle_ignite.utils.escapes import escaped
 
-    # The last line of defence: a message built anywhere may quote a URL with credentials.
+    # The last line of defence: a message built anywhere may quote a URL with credentials, or
+    # a name from a file someone else wrote with control characters in it.
     print(file=sys.stderr)
-    print(f"config error: {redact_text(str(error))}", file=sys.stderr, flush=True)
+    print(
+        f"config error: {escaped(redact_text(str(error)), lines=True)}", file=sys.stderr, flush=True
+    )
 
 
 # (label, entrypoint, contract, top-level fields check_dispatch resolves against the entrypoint)
@@ -68,7 +73,9 @@ CONTRACTS = (
         "criterion_name + criterion_params",
         "Loss",
         "An nn.Module Loss(**criterion_params) whose forward(y_pred, target, iteration=None) "
-        "returns (total, {'loss_<key>': tensor}) and which has a crit_keys attribute.",
+        "returns (total, {'loss_<key>': tensor}) and which has a crit_keys attribute; or one "
+        "loss term returning a bare tensor (a built-in such as gatle_ignite.losses.cross_entropy), "
+        "logged as the total alone.",
         ("criterion_name",),
     ),
     (
@@ -137,8 +144,25 @@ def import_module_from_path(path, field=None):
                 f"could not import '{path}'{_origin(field)}: {error}\n{shadowed}"
             ) from error
         raise ConfigError(
-            f"could not import '{path}'{_origin(field)}: {error}\n  {_import_fix(path, error)}"
+            f"could not import '{path}'{_origin(field)}: {error}{_underlying(error)}\n"
+            f"  {_import_fix(path, error)}"
         ) from error
+
+
+def _underlying(error: BaseException) -> str:
+    """The first line of the error an import error was raised from, where it wraps one: a
+    library importing lazily (``transformers``) reports only that its import failed."""
+    inner, seen = error, {id(error)}
+    while True:
+        cause = inner.__cause__ or (None if inner.__suppress_context__ else inner.__context__)
+        if cause is None or id(cause) in seen:
+            break
+        inner = cause
+        seen.add(id(inner))
+    if inner is error:
+        return ""
+    first = next(iter(str(inner).splitlines()), "")
+    return f"\n  Underlying error: {type(inner).__name__}: {first}"
 
 
 def _import_fix(path: str, error: ImportError) -> str:
@@ -151,7 +175,9 @@ def _import_fix(path: str, error: ImportError) -> str:
             f"'{last}' is a name inside the module '{parent}': a config names the module, and "
             f"the framework takes its entrypoint from it. Write '{parent}'."
         )
-    builtin = _builtin_named_like(path)
+    # Only when the path itself is missing: a module of the project named like a built-in
+    # (metrics/accuracy.py) that fails on an import of its own is no misnamed built-in.
+    builtin = _builtin_named_like(path) if _names_missing(path, error) else []
     if builtin:
         return (
             f"gatle-ignite's own is {' or '.join(repr(b) for b in builtin)}: write its full path."
@@ -213,6 +239,7 @@ _COMPONENT_PACKAGES = (
     "gatle_ignite.optimizers.",
     "gatle_ignite.schedulers.",
     "gatle_ignite.losses.",
+    "gatle_ignite.metrics.",
 )
 
 
@@ -229,15 +256,21 @@ def _modules_in(folders: list) -> list:
     return sorted(names)
 
 
+def _names_missing(path: str, error: ImportError) -> bool:
+    """Whether ``error`` is a part of ``path`` itself missing, not a package the module imports."""
+    missing = getattr(error, "name", None)
+    if not isinstance(error, ModuleNotFoundError) or not missing:
+        return False
+    return path == missing or path.startswith(f"{missing}.")
+
+
 def _near_path(path: str, error: ImportError) -> Optional[str]:
     """``path`` with its first missing part replaced by the closest module beside it, or by the
     closest built-in; None when the failure is not that part missing (a package the module
     itself imports) or nothing is close."""
-    missing = getattr(error, "name", None)
-    if not isinstance(error, ModuleNotFoundError) or not missing:
+    if not _names_missing(path, error):
         return None
-    if path != missing and not path.startswith(f"{missing}."):
-        return None
+    missing = error.name
     parent, _, last = missing.rpartition(".")
     rest = path[len(missing) :]
     package = sys.modules.get(parent) if parent else None
@@ -312,6 +345,7 @@ def call_with_params(entrypoint, params, field, *args):
     """
     params = dict(params or {})
     module = getattr(entrypoint, "__module__", None) or "?"
+    name = f"{module}.{getattr(entrypoint, '__qualname__', entrypoint)}"
     try:
         return entrypoint(*args, **params)
     except (TypeError, ValueError) as error:
@@ -319,12 +353,44 @@ def call_with_params(entrypoint, params, field, *args):
             fragment in str(error) for fragment in _SIGNATURE_MISMATCH
         )
         if not mismatch and not module.startswith("gatle_ignite."):
+            _note_library(error, field, params, f"while building {name}(**{field}) from")
             raise
-        name = f"{module}.{getattr(entrypoint, '__qualname__', entrypoint)}"
+        key = None if mismatch else _blamed_key(params, str(error))
+        if key is not None:
+            raise ParamsError(
+                f"{field}.{key}: {error}\n  {name} refuses it; fix cfg.{field}.{key}."
+            ) from error
         raise ParamsError(
             f"{field} not accepted by {name}: {error}\n"
             f"  Its parameters: {_signature_of(entrypoint)}; fix cfg.{field}."
         ) from error
+    except Exception as error:
+        _note_library(error, field, params, f"while building {name}(**{field}) from")
+        raise
+
+
+def _note_library(error: Exception, field: str, params: dict, built: str) -> None:
+    """Name the config field on an error raised inside a library the entrypoint called."""
+    from gatle_ignite.utils.frames import add_note, library_note
+
+    note = library_note(error, field, params, built)
+    if note is not None:
+        add_note(error, note)
+
+
+def _blamed_key(params: dict, message: str) -> Optional[str]:
+    """The one key whose value the message quotes (torch's ``Invalid learning rate: -0.001``
+    names lr), or None when no key's value, or more than one's, appears in it."""
+
+    def quoted(value) -> bool:
+        if isinstance(value, (list, tuple)):
+            return any(quoted(item) for item in value)
+        if isinstance(value, bool) or not isinstance(value, (int, float, str)) or value == "":
+            return False
+        return re.search(rf"(?<![\w.]){re.escape(str(value))}(?![\w.])", message) is not None
+
+    keys = [key for key, value in params.items() if quoted(value)]
+    return keys[0] if len(keys) == 1 else None
 
 
 def _signature_of(entrypoint) -> str:

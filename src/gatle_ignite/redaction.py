@@ -83,7 +83,19 @@ def is_secret_name(name) -> bool:
     if name.lower().endswith(SECRET_SUFFIXES):
         return True
     words = _words(name)
+    if _token_number(words):
+        return False
     return bool(words) and (words[-1] in _SECRET_LAST_WORDS or not _SECRET_WORDS.isdisjoint(words))
+
+
+def _token_number(words: list) -> bool:
+    """A vocabulary's token id (``pad_token_id``, ``bos_token_id``: a model config's), which
+    names no credential."""
+    return (
+        len(words) > 1
+        and words[-1] in ("id", "ids")
+        and _SECRET_WORDS.intersection(words) == {"token"}
+    )
 
 
 def is_secret_query_name(name: str) -> bool:

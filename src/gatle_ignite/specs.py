@@ -41,6 +41,16 @@ class EngineSpec:
     def ckpt_prefix(self) -> str:
         return f"{self.engine_type}_"
 
+    @property
+    def score_mode_field(self) -> Optional[str]:
+        """The field saying the score's direction in words (``max`` or ``min``) beside its
+        factor: ``score_mode``, ``tester_score_mode``, ``<name>_score_mode``. None for a
+        factor field named otherwise."""
+        factor = self.score_factor_field
+        if factor is None or not factor.endswith("score_factor"):
+            return None
+        return factor.removesuffix("score_factor") + "score_mode"
+
     @classmethod
     def for_split(cls, name: str, **overrides) -> "EngineSpec":
         """An eval engine whose config fields follow the `<name>_*` / `every_<name>` convention."""

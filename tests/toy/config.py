@@ -24,6 +24,8 @@ def toy_config(**fields):
     cfg.amp_dtype = "fp32"
     cfg.max_epochs = 2
     cfg.logger_name = []
+    # Every progress line, as on a terminal: tests read them from captured output and pipes.
+    cfg.progress_seconds = 0.0
     for key, value in fields.items():
         cfg[key] = value
     return cfg

@@ -1,8 +1,9 @@
 """Logging: fan the engines' metrics out to the sinks named in ``cfg.logger_name``."""
 
+import collections
 import importlib
 import importlib.util
-import os
+import math
 import sys
 import warnings
 from types import ModuleType
@@ -15,11 +16,11 @@ from ignite.engine import Events
 from gatle_ignite.callbacks.run_record import write_config_json
 from gatle_ignite.dispatch import ConfigError, import_entrypoint
 from gatle_ignite.utils.dist import rank_zero_print
+from gatle_ignite.utils.train_command import under_train_command
 
 __all__ = [
     "BUILTIN_BACKENDS",
     "NOT_A_BACKEND",
-    "SUMMARY_FOLLOWS_VAR",
     "Backend",
     "LoggingCallback",
     "check_extra_installed",
@@ -33,9 +34,6 @@ BUILTIN_BACKENDS = ("text", "wandb", "discord", "tensorboard", "csv", "mlflow")
 NOT_A_BACKEND = ("pbar",)
 # The built-in sinks that write into save_dir.
 _FILE_SINKS = ("csv", "tensorboard")
-# Set by `gatle-ignite train`, whose summary follows the run: the trainer's own end line would
-# say again what the summary's first line says. Inherited by the ranks it spawns.
-SUMMARY_FOLLOWS_VAR = "GATLE_IGNITE_SUMMARY_FOLLOWS"
 # The package each optional built-in backend needs, which its extra installs.
 _EXTRA_PACKAGES = {
     "wandb": "wandb",
@@ -64,6 +62,16 @@ class Backend:
 
     def watch(self, model):
         pass
+
+    def name_lr_groups(self, names):
+        """The optimizer's param groups are named ``names``, in order: ``train/lr_<i>`` is the
+        learning rate of ``names[i]``. Called once, before anything is logged."""
+
+    def graph(self, model, inputs):
+        """Draw the model's graph: ``model(*inputs)`` runs the task's forward on the first
+        training batch (``inputs``, a tuple of tensors, is its ``model_input`` as
+        ``prep_batch`` made it). Called once, at a fresh run's first iteration, only for a
+        sink whose class overrides it; a failure here must not stop training."""
 
     def rewind(self, step):
         """The run resumed at ``step``: what was logged after it is trained and logged again,
@@ -170,8 +178,10 @@ class LoggingCallback:
         self._implicit = []
         # One epoch's metrics of every engine, logged together once the epoch is over.
         self._epoch_record = {}
-        # The non-finite check, whose last read loss is logged as train/loss.
+        # The non-finite check, whose reads give the points their train/loss.
         self._losses = None
+        # (iteration, epoch, point) logged but not yet written: their loss is not read yet.
+        self._points = collections.deque()
         # Iterations between per-iteration points (log_cadence), once the trainer runs.
         self._log_every = None
         self.started = False
@@ -223,9 +233,52 @@ class LoggingCallback:
         for sink in self.sinks:
             sink.rewind(step)
 
+    def name_lr_groups(self, names) -> None:
+        """Tell every sink the names of the optimizer's param groups (none: unnamed)."""
+        for sink in self.sinks if names else ():
+            # A sink of 0.4's protocol, not subclassing Backend, may lack it.
+            method = getattr(sink, "name_lr_groups", None)
+            if method is not None:
+                method(names)
+
+    def _drawing(self) -> list:
+        return [
+            s for s in self.sinks if getattr(type(s), "graph", Backend.graph) is not Backend.graph
+        ]
+
+    def wants_graph(self) -> bool:
+        """Whether a sink draws the model's graph, so the first batch is worth tracing."""
+        return bool(self._drawing())
+
+    def graph(self, model, inputs) -> None:
+        for sink in self._drawing():
+            sink.graph(model, inputs)
+
     def follow_losses(self, check) -> None:
-        """Log ``check``'s last read loss as ``train/loss`` at the per-iteration points."""
+        """Log each per-iteration point's loss, as ``check`` reads it, as ``train/loss``.
+
+        A point waits for the check that reads its loss, so logging makes no read of its own;
+        a point at or after a non-finite loss is dropped.
+        """
         self._losses = check
+        check.on_read(self._losses_read)
+
+    def _losses_read(self, pairs) -> None:
+        if self._points and pairs:
+            losses = dict(pairs)
+            for iteration, _epoch, point in self._points:
+                if iteration in losses:
+                    point["train/loss"] = losses[iteration]
+        self._write_points()
+
+    def _write_points(self) -> None:
+        check = self._losses
+        through = check.checked_through if check is not None else math.inf
+        bad = check.first_bad if check is not None else None
+        while self._points and self._points[0][0] <= through:
+            iteration, epoch, point = self._points.popleft()
+            if bad is None or iteration < bad:
+                self._log(point, iteration, epoch, per_iteration=True)
 
     def on_train_epoch_end(self, trainer, optimizer):
         if not self.sinks:
@@ -242,10 +295,12 @@ class LoggingCallback:
             if engine.should_terminate:
                 return
             point = {f"train/lr_{i}": group["lr"] for i, group in enumerate(optimizer.param_groups)}
+            iteration = engine.state.iteration
             last = self._losses.last_loss if self._losses is not None else None
-            if last is not None and last[0] == engine.state.iteration:
+            if last is not None and last[0] == iteration:
                 point["train/loss"] = last[1]
-            self._log(point, engine.state.iteration, engine.state.epoch, per_iteration=True)
+            self._points.append((iteration, engine.state.epoch, point))
+            self._write_points()
 
     def _log_point_due(self, engine, iteration) -> bool:
         # Worked out once: the epoch's length is known once the engine runs.
@@ -292,7 +347,7 @@ class LoggingCallback:
     def on_completion(self, trainer):
         @trainer.on(Events.COMPLETED)
         def _announce(engine):
-            if os.environ.get(SUMMARY_FOLLOWS_VAR) == "1":
+            if under_train_command():
                 return  # the command's summary says it, on its first line
             epochs = engine.state.epoch
             rank_zero_print(f"TRAINING COMPLETE after {epochs} epoch{'' if epochs == 1 else 's'}")

@@ -9,23 +9,18 @@ is written: a failure names the stage it happened in, as a config error.
 import contextlib
 import copy
 import logging
-import traceback
-from pathlib import Path
 from typing import Optional
 
-import ignite
 import torch
 from ml_collections import config_dict
 
-import gatle_ignite
 from gatle_ignite.dispatch import ConfigError, import_entrypoint
 from gatle_ignite.specs import EngineSpec
 from gatle_ignite.trainer.checks import check_scores
+from gatle_ignite.utils.batch import named_outputs
+from gatle_ignite.utils.frames import where_raised
 
 __all__ = ["describe", "dry_run"]
-
-# Frames inside these packages say where a failure surfaced, not which line of the task caused it.
-_LIBRARY_DIRS = tuple(str(Path(module.__file__).parent) for module in (torch, ignite, gatle_ignite))
 
 
 def dry_run(cfg: config_dict.ConfigDict) -> None:
@@ -58,7 +53,7 @@ def dry_run(cfg: config_dict.ConfigDict) -> None:
             produced[spec.key] = names
     if type(trainer).attach_metrics is BaseTrainer.attach_metrics:
         with _stage("the score check"):
-            # What setup() checks when it trains, against the metrics just attached.
+            # What fit() checks before it trains, against the metrics just attached.
             check_scores(cfg, trainer.eval_specs(), produced)
     print()
     print("dry run: every split went through the chain.")
@@ -79,20 +74,10 @@ def _stage(stage: str, spec: Optional[EngineSpec] = None):
     except Exception as error:
         where = f" ({_where_run(spec)})" if spec else ""
         what = str(error) if isinstance(error, ConfigError) else f"{type(error).__name__}: {error}"
-        raise ConfigError(f"dry run failed at {stage}{where}: {what}{_task_line(error)}") from None
-
-
-def _task_line(error: BaseException) -> str:
-    """The innermost line of the task's own code that the failure passed through, as a hint."""
-    frames = [
-        frame
-        for frame in traceback.extract_tb(error.__traceback__)
-        if not frame.filename.startswith(_LIBRARY_DIRS)
-    ]
-    if not frames:
-        return ""
-    frame = frames[-1]
-    return f"\n  at {frame.filename}:{frame.lineno}, in {frame.name}"
+        # A note the trainer added (the config that built a library's model) says the fix.
+        notes = "".join(f"\n  {note}" for note in getattr(error, "__notes__", ()))
+        lines = where_raised(error, library_line=not notes)
+        raise ConfigError(f"dry run failed at {stage}{where}: {what}{lines}{notes}") from None
 
 
 def _autocast(trainer):
@@ -109,7 +94,7 @@ def _default_step(trainer, spec, batch) -> dict:
         model_input = x["model_input"]
     print(f"  model_input: {describe(model_input)}")
     with _stage("forward", spec), torch.no_grad(), _autocast(trainer):
-        y_pred = trainer.forward(model_input)
+        y_pred = trainer._forward_explained(model_input)
     print(f"  output:      {describe(y_pred)}")
     output = {"y_pred": y_pred, "target": x}
     if spec.with_losses:
@@ -163,13 +148,15 @@ def _run_metrics(trainer, spec, output: dict) -> Optional[list]:
 
 
 def describe(value) -> str:
-    """Shapes for tensors (``float32[16, 8]``), recursively through dicts, lists and tuples."""
+    """Shapes for tensors (``float32[16, 8]``), recursively through dicts, dataclasses, lists and
+    tuples."""
     if torch.is_tensor(value):
         if value.dim() == 0 and value.is_floating_point():
             return f"{str(value.dtype).replace('torch.', '')}[] = {float(value):.6g}"
         return f"{str(value.dtype).replace('torch.', '')}{list(value.shape)}"
-    if isinstance(value, dict):
-        return "{" + ", ".join(f"{key}: {describe(item)}" for key, item in value.items()) + "}"
+    named = named_outputs(value)
+    if named is not None:
+        return "{" + ", ".join(f"{key}: {describe(item)}" for key, item in named.items()) + "}"
     if isinstance(value, (list, tuple)):
         return "[" + ", ".join(describe(item) for item in value) + "]"
     if isinstance(value, float):

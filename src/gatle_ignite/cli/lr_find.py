@@ -12,7 +12,6 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple, Optional, Union
 
-from gatle_ignite.cli.plot import require_matplotlib, save_png
 from gatle_ignite.dispatch import ConfigError, import_entrypoint
 
 if TYPE_CHECKING:
@@ -47,6 +46,8 @@ def run_lr_find(
     num_iter: int = DEFAULT_NUM_ITER,
 ) -> LRSearch:
     """Search, draw the curve to ``out`` (default ``<save_dir>/lr_find.png``), print the advice."""
+    from gatle_ignite.cli.plot import require_matplotlib
+
     _check_range(start_lr, end_lr, num_iter)
     # Before the search, which can take a while, rather than after it.
     require_matplotlib("lr-find")
@@ -168,6 +169,9 @@ def _suggestion(finder) -> float:
 
 def draw_lr_search(search: LRSearch, out: Union[str, os.PathLike]):
     """Draw the loss against the learning rate (log scale) to ``out``; returns the Figure."""
+    # Here, not at the top: `gatle-ignite` reads this module's defaults to build its parser.
+    from gatle_ignite.cli.plot import require_matplotlib, save_png
+
     Figure = require_matplotlib("lr-find")
     figure = Figure(figsize=(6, 4))
     ax = figure.subplots()

@@ -2,6 +2,7 @@
 
 import argparse
 import os
+import signal
 import sys
 import threading
 import time
@@ -26,14 +27,16 @@ usage forms:
   gatle-ignite eval --config=CFG.py [--ckpt best|latest|PATH] [--override KEY=VALUE]...
   gatle-ignite config --config=CFG.py[,CFG2.py...] [--dry-run] [--all] [--override KEY=VALUE]...
   gatle-ignite status SAVE_DIR
-  gatle-ignite runs DIR [DIR ...] [--csv] [--provenance]
+  gatle-ignite runs DIR [DIR ...] [--all] [--csv] [--provenance]
   gatle-ignite sweep --config=CFG.py --dir DIR --trials N --param KEY=SPACE... [--workers W]
   gatle-ignite predict --config=CFG.py --out FILE [--ckpt best|latest|PATH] [--split SPLIT]
                        [--with-targets]
   gatle-ignite export --config=CFG.py --format safetensors|pt2|onnx --out DIR
-                      [--ckpt best|latest|PATH] [--weights eval|raw] [--force]
+                      [--ckpt best|latest|PATH] [--weights eval|raw] [--dynamic KEY=DIM,...]
+                      [--force]
   gatle-ignite lr-find --config=CFG.py [--start-lr LR] [--end-lr LR] [--num-iter N] [--out PNG]
-  gatle-ignite plot DIR [DIR ...] --out FILE.png [--best K]
+  gatle-ignite plot DIR [DIR ...] --out FILE.png [--best K] [--metrics PATTERN...]
+                    [--x iteration|epoch|samples|tokens] [--perf]
   gatle-ignite consolidate SRC.dcp OUT.pt
 """
 
@@ -139,14 +142,40 @@ def _add_tool_parsers(commands) -> None:
         "--best", type=_positive, metavar="K", help="draw only the K runs with the best score"
     )
     plot.add_argument(
+        "--metrics",
+        nargs="+",
+        metavar="PATTERN",
+        help="draw only the metrics these shell patterns match ('valid/*', 'train/loss*')",
+    )
+    plot.add_argument(
+        "--x",
+        choices=("iteration", "epoch", "samples", "tokens"),
+        default="iteration",
+        help="the x axis: the global iteration (default), the epoch, or the samples or "
+        "tokens taken in, which puts runs of other batch sizes or world sizes on one axis",
+    )
+    plot.add_argument(
+        "--perf",
+        action="store_true",
+        help="also draw the perf/ metrics, in a figure of their own: <out>_perf.png",
+    )
+    plot.add_argument(
         "--storage",
         metavar="URL",
         help="a sweep's database URL with its credentials, which its record leaves out",
     )
 
-    runs = commands.add_parser("runs", help="compare runs: one line each, the best score first")
+    runs = commands.add_parser(
+        "runs", help="compare runs: one line each, the best score first, a table per score"
+    )
     runs.add_argument(
         "dirs", nargs="+", metavar="DIR", help="a run's save_dir, a folder of runs or a sweep"
+    )
+    runs.add_argument(
+        "--all",
+        action="store_true",
+        dest="everything",
+        help="every differing field by its dotted key, and the paths, whatever the width",
     )
     runs.add_argument("--csv", action="store_true", help="print CSV instead of a table")
     runs.add_argument(
@@ -184,7 +213,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_checkpoint_arg(evaluate)
 
     status = commands.add_parser(
-        "status", help="show a run directory's state; exit 0 finished, 75 resumable, 1 failed"
+        "status",
+        help="show a run directory's state; exit 0 finished, 75 resumable, 1 failed, 65 diverged",
     )
     status.add_argument("save_dir", help="the run's save_dir")
 
@@ -293,18 +323,18 @@ def _train(args: argparse.Namespace, paths: list[str]) -> int:
     if len(paths) > 1:
         # Each child loads and validates its own config; the parent only fans out.
         return launcher.launch_many(paths, [f"--override={item}" for item in args.override])
-    from gatle_ignite.cli.summary import last_recorded, print_run_summary, summary_follows
+    from gatle_ignite.cli.summary import end_of_run, last_recorded
+    from gatle_ignite.utils.train_command import train_command
 
     cfg = _prepare(args, paths[0])
     _check_components(cfg)
-    started, before = time.monotonic(), last_recorded(cfg.save_dir)
-    with summary_follows():
+    before = last_recorded(cfg.save_dir)
+    with train_command():
         launcher.launch(cfg)
     if _trained_beside_another_run(cfg, before, last_recorded(cfg.save_dir)):
         print(f"TRAINING COMPLETE, nothing recorded: {cfg.save_dir} holds another run.")
-    else:
-        print_run_summary(cfg, paths[0], args.override, time.monotonic() - started)
-    return 0
+        return 0
+    return end_of_run(cfg, paths[0], args.override, time.monotonic() - args.started)
 
 
 def _trained_beside_another_run(cfg, before, after) -> bool:
@@ -362,11 +392,21 @@ def _run_command(args: argparse.Namespace) -> int:
     if args.command == "plot":
         from gatle_ignite.cli.plot import run_plot
 
-        return run_plot(args.run_dirs, args.out, best=args.best, storage=args.storage)
+        return run_plot(
+            args.run_dirs,
+            args.out,
+            best=args.best,
+            storage=args.storage,
+            metrics=args.metrics,
+            x=args.x,
+            perf=args.perf,
+        )
     if args.command == "runs":
         from gatle_ignite.cli.runs import run_runs
 
-        return run_runs(args.dirs, as_csv=args.csv, provenance=args.provenance)
+        return run_runs(
+            args.dirs, as_csv=args.csv, provenance=args.provenance, everything=args.everything
+        )
     if args.command == "sweep":
         from gatle_ignite.cli.sweep import run_sweep_command
 
@@ -384,15 +424,47 @@ def _show_tracebacks_redacted() -> None:
     threading.excepthook = redacted_thread_excepthook
 
 
+def _process_age() -> float:
+    """Wall seconds since this process started, from ``/proc`` (Linux); 0.0 where it cannot
+    be read."""
+    try:
+        with open("/proc/self/stat", encoding="ascii") as stat:
+            # After the name, which may hold spaces and parentheses: starttime is the 20th.
+            fields = stat.read().rsplit(")", 1)[1].split()
+        with open("/proc/uptime", encoding="ascii") as uptime:
+            since_boot = float(uptime.read().split()[0])
+        return max(since_boot - int(fields[19]) / os.sysconf("SC_CLK_TCK"), 0.0)
+    except (OSError, ValueError, IndexError, AttributeError):
+        return 0.0
+
+
+def _stdout_closed() -> int:
+    """End as a Unix tool ends when the reader of its output went away (``runs | head -1``):
+    quietly, with the status of a process that SIGPIPE ended."""
+    # Whatever is still buffered for the closed pipe would fail again at exit, loudly.
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return 128 + signal.SIGPIPE
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Run the CLI on ``argv`` (default ``sys.argv[1:]``) and return the exit code."""
     from gatle_ignite.trainer.preemption import EXIT_INTERRUPTED, Interrupted, Preempted
 
+    # What the command cost counts from the process's start, the interpreter and the imports
+    # included, when it is the process (`gatle-ignite ...`); called from other code, from here.
+    started = time.monotonic() - (_process_age() if argv is None else 0.0)
     args = build_parser().parse_args(argv)
+    args.started = started
     show_framework_warnings_plainly()
     _show_tracebacks_redacted()
     try:
-        return _run_command(args)
+        code = _run_command(args)
+        sys.stdout.flush()  # here, where a closed pipe is caught, not at the interpreter's exit
+        return code
+    except BrokenPipeError:
+        return _stdout_closed()
     except ConfigError as error:
         report_config_error(error)
         return 2

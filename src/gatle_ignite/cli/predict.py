@@ -8,10 +8,11 @@ With ``with_targets``, ``prep_batch``'s ``targets`` are written beside them as `
 and each row's sample index in the dataset as ``index``.
 """
 
+import dataclasses
 import os
 from functools import partial
 from pathlib import Path
-from typing import Union
+from typing import Optional, Union
 
 import ignite.distributed as idist
 import torch
@@ -22,6 +23,7 @@ from torch.utils.data import SequentialSampler
 from gatle_ignite.data.helpers import ExactDistributedSampler
 from gatle_ignite.dispatch import ConfigError
 from gatle_ignite.trainer.checkpointing import load_eval_checkpoint
+from gatle_ignite.utils.batch import named_outputs
 
 __all__ = ["INDEX_KEY", "TARGETS_KEY", "flatten_output", "predict"]
 
@@ -84,13 +86,14 @@ def _predict_on_rank(trainer, split: str, out: Path, with_targets: bool = False)
     if loader is None:
         raise ConfigError(f"split {split!r} has no data: its loader was not built.")
     _check_in_dataset_order(loader, split)
-    block = _predict_block(trainer, spec, loader, with_targets)
+    left_out = {}
+    block = _predict_block(trainer, spec, loader, with_targets, left_out)
     blocks = _gather_on_rank_zero(block)
     if idist.get_rank() == 0:
         predictions = _join_blocks(blocks, split)
         _check_one_row_per_sample(predictions, loader, split)
         _write(predictions, out)
-        _report(predictions, split, out)
+        _report(predictions, split, out, left_out)
 
 
 def _spec_for(trainer, split: str):
@@ -120,8 +123,11 @@ def _check_in_dataset_order(loader, split: str) -> None:
     )
 
 
-def _predict_block(trainer, spec, loader, with_targets: bool = False) -> dict:
-    """``{key: tensor}`` for this rank's samples, on the CPU; empty when it has none."""
+def _predict_block(
+    trainer, spec, loader, with_targets: bool = False, left_out: Optional[dict] = None
+) -> dict:
+    """``{key: tensor}`` for this rank's samples, on the CPU; empty when it has none. What an
+    output record holds with no row per sample goes into ``left_out``."""
     batches = []
     # A fresh engine: the trainer's own evaluator would also compute its metrics and stop at
     # the split's *_length, and predict wants every sample and only the outputs.
@@ -130,7 +136,7 @@ def _predict_block(trainer, spec, loader, with_targets: bool = False) -> dict:
     @engine.on(Events.ITERATION_COMPLETED)
     def _keep(_engine):
         output = engine.state.output
-        rows = flatten_output(output["y_pred"])
+        rows = flatten_output(output["y_pred"], left_out=left_out)
         if with_targets:
             rows = _with_targets(rows, output.get("target"))
         batches.append(rows)
@@ -163,8 +169,13 @@ def _with_targets(rows: dict, prepared) -> dict:
     return {**rows, **flatten_output(prepared["targets"], TARGETS_KEY)}
 
 
-def flatten_output(y_pred, prefix: str = "") -> dict:
-    """``{dotted key: tensor on the CPU}`` from a model output of nested dicts and lists."""
+def flatten_output(y_pred, prefix: str = "", left_out: Optional[dict] = None) -> dict:
+    """``{dotted key: tensor on the CPU}`` from a model output of nested dicts and lists.
+
+    A library's output record (a dataclass, such as a ``transformers`` ``ModelOutput``) is
+    written as it is, less what has no row per sample: a field that is None, a scalar (the
+    batch's loss) or another object (a key-value cache), each named in ``left_out``.
+    """
     if torch.is_tensor(y_pred):
         key = prefix or "y_pred"
         if y_pred.dim() == 0:
@@ -172,19 +183,43 @@ def flatten_output(y_pred, prefix: str = "") -> dict:
                 f"model output {key!r} is a scalar; predict writes tensors with one row per sample."
             )
         return {key: y_pred.detach().cpu()}
-    if isinstance(y_pred, dict):
-        items = y_pred.items()
-    elif isinstance(y_pred, (list, tuple)):
-        items = enumerate(y_pred)
-    else:
+    items = _items(y_pred)
+    if items is None:
         raise ConfigError(
             f"model output {prefix or 'y_pred'!r} is a {type(y_pred).__name__}; predict writes "
             f"tensors (in dicts, lists or tuples) with one row per sample."
         )
+    record = dataclasses.is_dataclass(y_pred)
     flat = {}
     for name, value in items:
-        flat.update(flatten_output(value, f"{prefix}.{name}" if prefix else str(name)))
+        key = f"{prefix}.{name}" if prefix else str(name)
+        if record and _no_rows(value):
+            if left_out is not None and value is not None:
+                left_out[key] = _what(value)
+            continue
+        flat.update(flatten_output(value, key, left_out))
     return flat
+
+
+def _items(value):
+    named = named_outputs(value)
+    if named is not None:
+        return named.items()
+    if isinstance(value, (list, tuple)):
+        return enumerate(value)
+    return None
+
+
+def _no_rows(value) -> bool:
+    if torch.is_tensor(value):
+        return value.dim() == 0
+    return _items(value) is None
+
+
+def _what(value) -> str:
+    if torch.is_tensor(value):
+        return "one value per batch"
+    return f"a {type(value).__name__}"
 
 
 def _gather_on_rank_zero(block: dict) -> list:
@@ -222,8 +257,10 @@ def _write(predictions: dict, out: Path) -> None:
     os.replace(partial_file, out)
 
 
-def _report(predictions: dict, split: str, out: Path) -> None:
+def _report(predictions: dict, split: str, out: Path, left_out: Optional[dict] = None) -> None:
     count = len(next(iter(predictions.values())))
     print(f"PREDICTIONS: {count} samples of the {split} split written to {out}")
     for key, tensor in predictions.items():
         print(f"  {key}: {list(tensor.shape)} {str(tensor.dtype).replace('torch.', '')}")
+    for key, what in (left_out or {}).items():
+        print(f"  {key}: left out, {what}")

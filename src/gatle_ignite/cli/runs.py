@@ -1,14 +1,28 @@
-"""``gatle-ignite runs DIR...``: many runs side by side, the best first, as a table or CSV."""
+"""``gatle-ignite runs DIR...``: many runs side by side, the best first, as tables or CSV.
+
+Runs scored by different metrics, or in different directions, are never ranked together: the
+table has one part per score metric and direction; the CSV keeps one row per run and every
+differing field.
+"""
 
 import csv
 import json
 import shlex
+import shutil
 import sys
 from typing import Optional
 
-from gatle_ignite.experiments.runs import RunSummary, differing_params, read_runs
+from gatle_ignite.cli.runs_table import table_lines
+from gatle_ignite.experiments.runs import (
+    RunSummary,
+    by_score,
+    differing_params,
+    distinct_labels,
+    read_runs,
+)
+from gatle_ignite.utils.escapes import escaped
 
-__all__ = ["PROVENANCE_COLUMNS", "rows", "run_runs"]
+__all__ = ["PROVENANCE_COLUMNS", "provenance_of", "rows", "run_runs"]
 
 # What --provenance adds, each read from the records of the processes that trained the run.
 PROVENANCE_COLUMNS = (
@@ -26,30 +40,13 @@ PROVENANCE_COLUMNS = (
 
 
 def _csv_cell(value) -> str:
+    """A value as CSV holds it, its control characters escaped: a value from a run.json anyone
+    may have written neither forges a row nor acts on the terminal."""
     if value is None:
         return ""
     if isinstance(value, (list, dict)):
         return json.dumps(value)
-    return str(value)
-
-
-def _table_cell(value) -> str:
-    """A value as the table shows it: numbers to five significant digits."""
-    if value is None:
-        return "-"
-    if isinstance(value, float):
-        return f"{value:.5g}"
-    return _csv_cell(value)
-
-
-def _duration(seconds: Optional[float]) -> str:
-    if seconds is None:
-        return "-"
-    minutes, secs = divmod(round(seconds), 60)
-    hours, minutes = divmod(minutes, 60)
-    if hours:
-        return f"{hours}h{minutes:02d}m"
-    return f"{minutes}m{secs:02d}s" if minutes else f"{secs}s"
+    return escaped(value)
 
 
 def _commit(start: dict) -> Optional[str]:
@@ -71,7 +68,7 @@ def _of_start(start: dict, column: str):
     return (start.get("versions") or {}).get(column)
 
 
-def _provenance(run: RunSummary, column: str) -> str:
+def provenance_of(run: RunSummary, column: str) -> str:
     """The value for ``column``: the command that began the run, and for the rest every
     distinct value in the order the run's processes had them (``a -> b``)."""
     if column == "command":
@@ -85,28 +82,15 @@ def _provenance(run: RunSummary, column: str) -> str:
     return " -> ".join(seen)
 
 
-def _labels(runs: list) -> list:
-    """Each run's name (a trial's number), or its directory's name where names repeat."""
-    names = [run.label for run in runs]
-    return [
-        run.label if run.trial is not None or names.count(run.label) == 1 else run.path.name
-        for run in runs
-    ]
-
-
 def rows(runs: list, provenance: bool = False) -> list:
     """The runs as ``[{column: value}]``, in the order given, every row with the same columns:
     the run (its name or trial; its directory's name where names repeat), its state, its best
     score and that score's epoch, the epochs trained, max_epochs and the seconds, then one per
     parameter that differs between the runs, the provenance columns asked for, and the path."""
     params = differing_params(runs)
-    shown_provenance = [
-        column
-        for column in (PROVENANCE_COLUMNS if provenance else ())
-        if any(_provenance(run, column) for run in runs)
-    ]
+    shown_provenance = _provenance_columns(runs, provenance)
     found = []
-    for run, label in zip(runs, _labels(runs)):
+    for run, label in zip(runs, distinct_labels(runs)):
         row = {
             "run": label,
             "state": run.state,
@@ -117,48 +101,43 @@ def rows(runs: list, provenance: bool = False) -> list:
             "seconds": None if run.seconds is None else round(run.seconds, 1),
         }
         row.update({key: run.value(key) for key in params})
-        row.update({column: _provenance(run, column) for column in shown_provenance})
+        row.update({column: provenance_of(run, column) for column in shown_provenance})
         row["path"] = str(run.path)
         found.append(row)
     return found
 
 
+def _provenance_columns(runs: list, provenance: bool) -> list:
+    return [
+        column
+        for column in (PROVENANCE_COLUMNS if provenance else ())
+        if any(provenance_of(run, column) for run in runs)
+    ]
+
+
 def _print_csv(found: list) -> None:
-    writer = csv.DictWriter(sys.stdout, fieldnames=list(found[0]), lineterminator="\n")
-    writer.writeheader()
-    writer.writerows({column: _csv_cell(value) for column, value in row.items()} for row in found)
+    columns = list(found[0])
+    writer = csv.writer(sys.stdout, lineterminator="\n")
+    writer.writerow(map(escaped, columns))
+    writer.writerows([_csv_cell(row[column]) for column in columns] for row in found)
 
 
-def _table_line(row: dict) -> dict:
-    """A row as the table shows it: epochs as trained/max_epochs and the time, after the
-    score's epoch."""
-    row = dict(row)
-    epochs = f"{_table_cell(row.pop('epochs'))}/{_table_cell(row.pop('max_epochs'))}"
-    time = _duration(row.pop("seconds"))
-    line = {}
-    for column, value in row.items():
-        line[column] = _table_cell(value)
-        if column == "epoch":
-            line.update(epochs=epochs, time=time)
-    return line
-
-
-def _print_table(found: list, runs: list) -> None:
-    lines = [_table_line(row) for row in found]
-    columns = list(lines[0])
-    widths = {c: max(len(c), *(len(line[c]) for line in lines)) for c in columns}
-    names = sorted({run.score_name for run in runs if run.score_name})
-    print(f"{len(runs)} run(s), the best {' / '.join(names) or 'score'} first")
-    for line in [{c: c for c in columns}, *lines]:
-        print("  ".join(line[c].ljust(widths[c]) for c in columns).rstrip())
-
-
-def run_runs(dirs: list, as_csv: bool = False, provenance: bool = False) -> int:
-    """The ``runs`` command: find the runs, then print them as a table or as CSV."""
-    runs = read_runs(dirs)
-    found = rows(runs, provenance=provenance)
+def run_runs(
+    dirs: list, as_csv: bool = False, provenance: bool = False, everything: bool = False
+) -> int:
+    """The ``runs`` command: find the runs, then print them as tables (one per score metric
+    and direction) or as one CSV."""
+    groups = by_score(read_runs(dirs))
     if as_csv:
-        _print_csv(found)
-    else:
-        _print_table(found, runs)
+        _print_csv(rows([run for group in groups for run in group.runs], provenance=provenance))
+        return 0
+    width = shutil.get_terminal_size().columns
+    for index, group in enumerate(groups):
+        columns = _provenance_columns(group.runs, provenance)
+        extra = {c: [escaped(provenance_of(run, c) or "-") for run in group.runs] for c in columns}
+        if index:
+            print()
+        print(escaped(group.title))
+        for line in table_lines(group, extra, everything, width):
+            print(line)
     return 0

@@ -2,7 +2,8 @@
 
 The exit code is for job scripts: 0 the run is finished (completed, stopped early or pruned),
 75 it can be continued with ``resume=True`` (preempted, killed without a word, or its
-``run.json`` damaged, which a resume rebuilds), 1 it failed or diverged, 3 a live process is
+``run.json`` damaged, which a resume rebuilds), 1 it failed, 65 it diverged (the code
+``gatle-ignite train`` exited with: resumed as it is, it diverges again), 3 a live process is
 training it now.
 """
 
@@ -12,11 +13,14 @@ from typing import Optional
 from gatle_ignite.cli.lr_find import PLOT_FILE as LR_FIND_PLOT
 from gatle_ignite.dispatch import ConfigError
 from gatle_ignite.redaction import shown_command
-from gatle_ignite.run.directory import indexed_view
+from gatle_ignite.run.directory import indexed_view, recorded_config, unindexed_files
 from gatle_ignite.run.layout import MANIFEST_FILE
 from gatle_ignite.run.lock import holder
 from gatle_ignite.run.manifest import Manifest
+from gatle_ignite.run.scores import LOWER_IS_BETTER, metric_value, scoring
+from gatle_ignite.trainer.lifecycle import EXIT_DIVERGED
 from gatle_ignite.trainer.preemption import EXIT_PREEMPTED
+from gatle_ignite.utils.escapes import escaped
 
 __all__ = ["run_status"]
 
@@ -28,7 +32,7 @@ _EXIT_CODES = {
     "preempted": EXIT_PREEMPTED,
     "interrupted": EXIT_PREEMPTED,
     "failed": EXIT_FAILED,
-    "diverged": EXIT_FAILED,
+    "diverged": EXIT_DIVERGED,
     "running": EXIT_RUNNING,
 }
 
@@ -79,15 +83,29 @@ def _progress(manifest) -> str:
     return f"{epochs} epoch(s) and {part}/{length} iterations of epoch {epochs + 1}"
 
 
-def _checkpoint_line(entry) -> str:
+def _checkpoint_line(entry, config: dict) -> str:
     where = f"epoch {entry.epoch}, iteration {entry.iteration}"
-    score = f", score {entry.score:.4f}" if entry.score is not None else ""
-    return f"  {entry.file}  ({where}{score})"
+    return f"  {entry.file}  ({where}{_score(entry, config)})"
+
+
+def _score(entry, config: dict) -> str:
+    """The metric's own value a best file was kept for, and which way is better."""
+    if entry.score is None:
+        return ""
+    name, factor = scoring(config, entry.engine)
+    shown = f", {name or 'score'} {metric_value(entry.score, factor):.5g}"
+    return f"{shown}, {LOWER_IS_BETTER}" if factor < 0 else shown
 
 
 def _trial_line(trial: dict) -> str:
     params = ", ".join(f"{key}={value!r}" for key, value in (trial.get("params") or {}).items())
     return f"trial {trial.get('trial')} of {trial.get('sweep_dir')} ({params})"
+
+
+def _say(line: str) -> None:
+    """Print a line of values read from the run directory, their control characters escaped:
+    a run.json written by anyone cannot clear the screen or forge a line of its own."""
+    print(escaped(line))
 
 
 def run_status(save_dir) -> int:
@@ -101,14 +119,18 @@ def run_status(save_dir) -> int:
     if state == "running" and live is None:
         state = "interrupted"
     reason = f" ({manifest.stop_reason})" if manifest.stop_reason else ""
-    print(f"run:      {manifest.name} (id {manifest.run_id}) in {save_dir}")
-    print(f"state:    {state}{reason}")
+    _say(f"run:      {manifest.name} (id {manifest.run_id}) in {save_dir}")
+    _say(f"state:    {state}{reason}")
     _print_holder(live)
     if manifest.sweep:
-        print(f"sweep:    {_trial_line(manifest.sweep)}")
-    print(f"trained:  {_progress(manifest)}")
-    print(f"config:   {manifest.config_fingerprint}, last written {manifest.updated}")
-    _print_checkpoints(manifest.checkpoints)
+        _say(f"sweep:    {_trial_line(manifest.sweep)}")
+        if _EXIT_CODES.get(state) == EXIT_PREEMPTED:
+            # The study, not this exit code, decides whether the trial goes on.
+            _say("          requeue its sweep, which resumes it; not this run on its own")
+    _say(f"trained:  {_progress(manifest)}")
+    _say(f"config:   {manifest.config_fingerprint}, last written {manifest.updated}")
+    _print_checkpoints(manifest.checkpoints, manifest.config)
+    _print_unindexed(unindexed_files(save_dir, manifest))
     return _EXIT_CODES.get(state, EXIT_FAILED)
 
 
@@ -116,15 +138,28 @@ def _print_holder(live: Optional[dict]) -> None:
     if live is None:
         return
     command = shown_command(str(live.get("command")))
-    print(f"held by:  pid {live.get('pid')} on {live.get('host')}: {command}")
+    _say(f"held by:  pid {live.get('pid')} on {live.get('host')}: {command}")
     if live.get("unverified"):
-        print("          (another host, and this file system cannot tell whether it still runs)")
+        _say("          (another host, and this file system cannot tell whether it still runs)")
 
 
-def _print_checkpoints(entries: list) -> None:
-    print("checkpoints:")
+def _print_checkpoints(entries: list, config: dict) -> None:
+    _say("checkpoints:")
     for entry in sorted(entries, key=lambda e: (e.kind, e.progress_key())):
-        print(_checkpoint_line(entry))
+        _say(_checkpoint_line(entry, config))
+
+
+def _print_unindexed(names: list) -> None:
+    """The checkpoint files run.json does not index: named, never counted as the run's."""
+    if not names:
+        return
+    _say(
+        f"not indexed: {len(names)} file(s) the run did not record in {MANIFEST_FILE}, never "
+        f"ranked; a resume adopts one only if it holds this run's state (written, then cut off "
+        f"by a kill before it was indexed):"
+    )
+    for name in names:
+        _say(f"  {name}")
 
 
 def _damaged(save_dir: Path, why: str, live: Optional[dict]) -> int:
@@ -142,9 +177,9 @@ def _damaged(save_dir: Path, why: str, live: Optional[dict]) -> int:
             f"{manifest} is damaged ({why}), and {save_dir} holds no checkpoint.\n"
             f"  Start the run again (a fresh run writes a new one), or give another save_dir."
         )
-    print(f"run:      unknown, in {save_dir}")
-    print(f"state:    unknown: {manifest} is damaged ({why})")
+    _say(f"run:      unknown, in {save_dir}")
+    _say(f"state:    unknown: {manifest} is damaged ({why})")
     _print_holder(live)
-    print("          a resume rebuilds it from the checkpoints below")
-    _print_checkpoints(entries)
+    _say("          a resume rebuilds it from the checkpoints below")
+    _print_checkpoints(entries, recorded_config(save_dir) or {})
     return EXIT_RUNNING if live is not None else EXIT_PREEMPTED

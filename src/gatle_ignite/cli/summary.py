@@ -4,7 +4,6 @@ Read from the run's manifest, so they are the same whether the run trained in th
 in ranks it spawned.
 """
 
-import contextlib
 import os
 import re
 import shlex
@@ -12,13 +11,15 @@ import time
 from pathlib import Path
 from typing import Optional
 
-from gatle_ignite.callbacks.logging import SUMMARY_FOLLOWS_VAR
 from gatle_ignite.cli.time_breakdown import time_breakdown_rows
 from gatle_ignite.redaction import redact_argv
+from gatle_ignite.run.filesystem import UnsafeFile, read_confined
 from gatle_ignite.run.layout import MANIFEST_FILE, OWNED_LOGS
 from gatle_ignite.run.manifest import Manifest
+from gatle_ignite.run.scores import direction, metric_value
+from gatle_ignite.trainer.lifecycle import EXIT_DIVERGED
 
-__all__ = ["print_run_summary", "summary_follows"]
+__all__ = ["end_of_run", "last_recorded"]
 
 # Overrides that steer one start and would mislead in a suggested command.
 _ONE_OFF = ("resume", "replace_run", "accept_changes", "profile")
@@ -44,23 +45,13 @@ _TRAINING_ONLY = (
     "log_every",
     "watch_grad",
 )
+# The states of a finished run, and what the end line adds to TRAINING COMPLETE for each.
+_FINISHED = {"completed": "", "early-stopped": "stopped early", "pruned": "pruned by its sweep"}
+# What to change in a diverged run before training it again.
+_WHAT_DIVERGES = "a lower learning rate, or the loss or the data"
 _TRAINING_ONLY_PATTERN = re.compile(r"every_\w+|\w+_early_stop_(patience|after)")
 # Characters a shell still reads inside double quotes (and bash's history expansion).
 _SPECIAL_IN_DOUBLE_QUOTES = set('"\\$`!')
-
-
-@contextlib.contextmanager
-def summary_follows():
-    """Around a training run this command sums up: the trainer leaves its end line out."""
-    previous = os.environ.get(SUMMARY_FOLLOWS_VAR)
-    os.environ[SUMMARY_FOLLOWS_VAR] = "1"
-    try:
-        yield
-    finally:
-        if previous is None:
-            os.environ.pop(SUMMARY_FOLLOWS_VAR, None)
-        else:
-            os.environ[SUMMARY_FOLLOWS_VAR] = previous
 
 
 def _first_process() -> bool:
@@ -109,8 +100,9 @@ def _best_line(manifest: Manifest, cfg, save_dir: Path):
         return None
     top = max(bests, key=lambda e: (e.score if e.score is not None else float("-inf"), e.epoch))
     factor = cfg.get("score_factor", 1) or 1
-    value = f"{top.score / factor:.5g}" if top.score is not None else "?"
-    return f"{score_name} {value} at epoch {top.epoch}: {save_dir / top.file}"
+    value = metric_value(top.score, factor)
+    shown = f"{value:.5g}{direction(factor)}" if value is not None else "?"
+    return f"{score_name} {shown} at epoch {top.epoch}: {save_dir / top.file}"
 
 
 def _latest(manifest: Manifest, save_dir: Path):
@@ -127,35 +119,84 @@ def last_recorded(save_dir) -> Optional[bytes]:
     """The run in ``save_dir`` as ``run.json`` records it now, to tell whether a command
     recorded it; None without one."""
     try:
-        return (Path(save_dir) / MANIFEST_FILE).read_bytes()
-    except OSError:
+        return read_confined(Path(save_dir) / MANIFEST_FILE)
+    except (OSError, UnsafeFile):
         return None
 
 
-def print_run_summary(cfg, config: str, overrides, seconds: float) -> None:
-    """Print the summary of the run in ``cfg.save_dir`` after this command trained it."""
+def _end_line(manifest: Manifest, seconds: float) -> str:
+    """The summary's first line: 0.4's ``TRAINING COMPLETE after <E> epochs`` for a run that
+    finished (``TRAINING DIVERGED`` for one that did not), how and where it ended."""
+    state = manifest.state
+    if state in _FINISHED:
+        epochs = manifest.trained_epoch
+        head = f"TRAINING COMPLETE after {epochs} epoch{'' if epochs == 1 else 's'}"
+        head += f", {_FINISHED[state]}" if _FINISHED[state] else ""
+    else:
+        head = f"TRAINING {state.upper()}"
+    head += f" ({manifest.stop_reason})" if manifest.stop_reason else ""
+    return (
+        f"{head}: '{manifest.name}', epoch {manifest.trained_epoch}/{manifest.max_epochs} "
+        f"(iteration {manifest.trained_iteration}), {seconds:.1f} s in this command"
+    )
+
+
+def _evaluate(manifest: Manifest, config: str, overrides, latest) -> Optional[str]:
+    """The eval command for the checkpoint it would load: the best file, else the latest."""
+    if any(e.kind == "best" and e.engine == "valid" for e in manifest.checkpoints):
+        return _command("eval", config, overrides, "--ckpt", "best")
+    return _command("eval", config, overrides, "--ckpt", "latest") if latest else None
+
+
+def _resume(manifest: Manifest, config: str, overrides, latest) -> list:
+    """The resume rows: the command, and for a diverged run first what it would repeat."""
+    command = _command("train", config, overrides, "--override", "resume=True")
+    if manifest.state != "diverged":
+        return [("resume", command)] if latest else []
+    if latest is None:
+        return [
+            (
+                "resume",
+                f"nothing to resume: it diverged before its first checkpoint. Change what "
+                f"diverged ({_WHAT_DIVERGES}) and train it again.",
+            )
+        ]
+    return [
+        (
+            "resume",
+            f"as it stands, resuming repeats the setting that diverged. Change it first "
+            f"({_WHAT_DIVERGES}), naming a changed field in "
+            f"--override \"accept_changes=['optimizer_params.lr']\":",
+        ),
+        ("", command),
+    ]
+
+
+def end_of_run(cfg, config: str, overrides, seconds: float) -> int:
+    """Print the summary of the run in ``cfg.save_dir`` after this command trained it, and
+    return the command's exit code: ``EXIT_DIVERGED`` for a diverged run, as ``status`` says."""
     save_dir = Path(cfg.save_dir)
     try:
         manifest = Manifest.read(save_dir)
     except (ValueError, TypeError):
         manifest = None
-    if manifest is None or not _first_process():
-        return
-    reason = f" ({manifest.stop_reason})" if manifest.stop_reason else ""
-    lines = [
-        f"RUN {manifest.state.upper()}{reason}: '{manifest.name}', epoch "
-        f"{manifest.trained_epoch}/{manifest.max_epochs} (iteration "
-        f"{manifest.trained_iteration}), {seconds:.1f} s in this command",
-    ]
+    if manifest is None:
+        return 0
+    code = EXIT_DIVERGED if manifest.state == "diverged" else 0
+    if not _first_process():
+        return code
+    lines = [_end_line(manifest, seconds)]
     # Where that time went, from the perf/ rows this command logged.
     spent = time_breakdown_rows(cfg, save_dir, time.time() - seconds, seconds)
     lines += [f"  {label:<9}{value}" for label, value in spent]
-    rows = (
+    latest = _latest(manifest, save_dir)
+    rows = [
         ("best", _best_line(manifest, cfg, save_dir)),
-        ("latest", _latest(manifest, save_dir)),
+        ("latest", latest),
         ("logs", _logs(save_dir)),
-        ("evaluate", _command("eval", config, overrides, "--ckpt", "best")),
-        ("resume", _command("train", config, overrides, "--override", "resume=True")),
-    )
+        ("evaluate", _evaluate(manifest, config, overrides, latest)),
+        *_resume(manifest, config, overrides, latest),
+    ]
     lines += [f"  {label:<9}{value}" for label, value in rows if value]
     print("\n".join(lines))
+    return code

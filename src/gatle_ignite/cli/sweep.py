@@ -83,6 +83,7 @@ def run_sweep_command(args: argparse.Namespace) -> int:
 
 
 def _print_best(result, checked) -> None:
+    from gatle_ignite.run.scores import LOWER_IS_BETTER
     from gatle_ignite.sweep.runner import best_trial
     from gatle_ignite.sweep.trial import param_override, shown_command, trial_dir, trial_overrides
 
@@ -95,7 +96,8 @@ def _print_best(result, checked) -> None:
     # Its own name, so that it trains beside the config's run rather than into it.
     again = param_override("name", f"{checked.config_name or record.study}_trial_{best.number}")
     as_config = [*sweep.overrides, again, *(param_override(k, v) for k, v in params.items())]
-    print(f"BEST: trial {best.number}, {record.metric} {best.value:.5g}")
+    lower = f" ({LOWER_IS_BETTER})" if record.direction == "minimize" else ""
+    print(f"BEST: trial {best.number}, {record.metric} {best.value:.5g}{lower}")
     print(f"  params:   {', '.join(param_override(k, v) for k, v in params.items())}")
     print(f"  run:      {trial_dir(sweep.dir, best.number)}")
     print(f"  evaluate: {shown_command('eval', sweep.config, overrides, '--ckpt', 'best')}")

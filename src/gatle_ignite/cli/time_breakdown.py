@@ -12,8 +12,14 @@ from typing import Optional
 
 from gatle_ignite.callbacks.backends.csv import FILE_NAME
 from gatle_ignite.callbacks.perf_line import PERF_PREFIX, duration, rate
+from gatle_ignite.trainer.telemetry.threads import usable_cores
 
-__all__ = ["DATA_WAIT_ADVICE_SHARE", "data_wait_advice", "time_breakdown_rows", "usable_cores"]
+__all__ = [
+    "DATA_WAIT_ADVICE_SHARE",
+    "data_wait_advice",
+    "time_breakdown_rows",
+    "usable_cores",
+]
 
 # Above this share of the training time spent waiting for batches, the summary gives advice.
 DATA_WAIT_ADVICE_SHARE = 1 / 3
@@ -46,14 +52,6 @@ def _weighted(records: list, name: str, weight: str = "train_time_s") -> Optiona
     pairs = [(r[name], r[weight]) for r in records if name in r]
     total = sum(w for _v, w in pairs)
     return sum(v * w for v, w in pairs) / total if pairs and total > 0 else None
-
-
-def usable_cores() -> int:
-    """The CPU cores this process may run on (its affinity), else the machine's count."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
 
 
 def data_wait_advice(share: float, cfg) -> str:

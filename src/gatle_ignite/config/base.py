@@ -86,8 +86,11 @@ def base_config() -> config_dict.ConfigDict:
     cfg.tester_metrics = {}
     cfg.score_name = placeholder(str)
     cfg.score_factor = 1
+    # The direction in words: "max" or "min" (score_factor -1); unset = score_factor decides.
+    cfg.score_mode = placeholder(str)
     cfg.tester_score_name = placeholder(str)
     cfg.tester_score_factor = 1
+    cfg.tester_score_mode = placeholder(str)
 
     cfg.save_ckpt = True
     cfg.n_saved = 1
@@ -102,6 +105,8 @@ def base_config() -> config_dict.ConfigDict:
     cfg.async_save = False
     cfg.model_checkpoint_dir = ""
     cfg.strict = True
+    # gatle-ignite export: {"dynamic": {input key: [dims]}} beside the batch and what varies.
+    cfg.export_params = {}
 
     # Count one training step's FLOPs at the start, for perf/achieved_tflops and perf/mfu.
     cfg.count_flops = True
@@ -111,6 +116,8 @@ def base_config() -> config_dict.ConfigDict:
     cfg.logger_name = ["text"]
     # 0: results and warnings only; 1: progress lines too; 2: ignite's own INFO lines as well.
     cfg.verbosity = 1
+    # Off a terminal (a log file, a pipe): seconds at least between two progress lines.
+    cfg.progress_seconds = 30.0
     # Iterations between per-iteration points; unset = 100, or fewer in a short epoch.
     cfg.log_every = placeholder(int)
     cfg.watch_grad = False

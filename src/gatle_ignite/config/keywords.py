@@ -17,11 +17,13 @@ from gatle_ignite.config.names import HINT_CUTOFF, TYPO_CUTOFF, closest
 from gatle_ignite.data.helpers import LOADER_KEYS
 from gatle_ignite.dispatch import ConfigError, import_entrypoint
 from gatle_ignite.losses import composite
+from gatle_ignite.metrics import loss as loss_metric
 
 __all__ = ["keyword_problems"]
 
 _METRIC_FIELDS = ("train_metrics", "val_metrics", "tester_metrics")
 _COMPOSITE = "gatle_ignite.losses.composite"
+_LOSS_METRIC = "gatle_ignite.metrics.loss"
 
 _BY_POSITION = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
 _BY_KEYWORD = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
@@ -167,6 +169,8 @@ def _component_calls(cfg, builds: Callable[[str], bool]) -> Iterator[_Call]:
                         entry.get("params", None),
                         ("engine_type", "info"),
                     )
+                    if entry["cls_name"] == _LOSS_METRIC:
+                        yield _loss_metric_call(name, entry.get("params", None))
 
 
 def _loss_entry_calls(entries) -> Iterator[_Call]:
@@ -177,6 +181,13 @@ def _loss_entry_calls(entries) -> Iterator[_Call]:
             yield _Call(
                 f"{name}.loss_params", f"{name}.cls_name", entry["cls_name"], "Loss", params
             )
+
+
+def _loss_metric_call(name: str, params) -> _Call:
+    """The loss module the built-in loss metric builds from the rest of its params."""
+    params = dict(_mapping(params))
+    path = params.pop("loss_name", loss_metric.DEFAULT_LOSS)
+    return _Call(f"{name}.params", f"{name}.params.loss_name", path, "Loss", params)
 
 
 def _loader_calls(cfg) -> Iterator[_Call]:

@@ -42,6 +42,8 @@ def _spec_fields(spec: EngineSpec) -> set[str]:
         for f in dataclasses.fields(spec)
         if f.name.endswith("_field") and getattr(spec, f.name)
     }
+    if spec.score_mode_field:
+        named.add(spec.score_mode_field)
     return named | {f"{spec.split}_ds_name", f"{spec.split}_ds_params"}
 
 

@@ -6,6 +6,7 @@ verdict. What needs a batch (the metrics the engines really produce) is the dry 
 """
 
 from gatle_ignite.callbacks.logging import BUILTIN_BACKENDS, check_extra_installed
+from gatle_ignite.config.construction import construction_problems
 from gatle_ignite.config.keywords import keyword_problems
 from gatle_ignite.config.validate import check_dispatch
 from gatle_ignite.dispatch import ConfigError, import_entrypoint, import_module_from_path
@@ -26,7 +27,8 @@ def preflight(cfg) -> None:
     """Refuse the config for every mistake ``train`` would meet before its first iteration.
 
     Dotted paths that do not import and missing extras are reported first, on their own; then
-    every other mistake at once.
+    every other mistake at once, the values the built-in components refuse when constructed
+    (config.construction) once their keywords are right.
     """
     check_dispatch(cfg)
     for backend in cfg.get("logger_name", None) or ():
@@ -37,6 +39,9 @@ def preflight(cfg) -> None:
         return getattr(trainer_cls, method, None) is getattr(BaseTrainer, method)
 
     problems = keyword_problems(cfg, builds)
+    if not problems:
+        # Values once the keywords are right: a misspelt keyword would fail every build.
+        problems += construction_problems(cfg, builds)
     if all(builds(method) for method in _METRIC_METHODS):
         problems += _score_problems(cfg)
     if builds("eval_specs"):

@@ -88,12 +88,15 @@ FIELD_DOCS: dict[str, str] = {
     "test_ds_params": "Passed to the test `get_ds`; `exact_sharding` defaults to True for it.",
     # ---- loss ----
     "criterion_name": (
-        "Dotted path of the module exposing `Loss`, the whole criterion. Usually "
-        "`gatle_ignite.losses.composite`, a weighted sum of terms."
+        "Dotted path of the module exposing `Loss`, the whole criterion: one loss "
+        "(`gatle_ignite.losses.cross_entropy`, any built-in below, or your own term), logged as "
+        "`train/loss_avg` alone; or `gatle_ignite.losses.composite`, a weighted, gated sum of "
+        "terms, each also logged as `train/loss_<key>_avg`."
     ),
     "criterion_params": (
-        "Keyword arguments of `Loss(**criterion_params)`; for the composite, "
-        "`{'dict_of_loss_params': {<key>: {'cls_name', 'weight', 'loss_params'}}}`."
+        "Keyword arguments of `Loss(**criterion_params)`: for a built-in loss `src_name`, "
+        "`tgt_name` and the torch loss's own (`ignore_index`, `label_smoothing`, ...); for the "
+        "composite, `{'dict_of_loss_params': {<key>: {'cls_name', 'weight', 'loss_params'}}}`."
     ),
     # ---- optimizer and schedule ----
     "optimizer_name": (
@@ -184,13 +187,21 @@ FIELD_DOCS: dict[str, str] = {
     ),
     "score_factor": (
         "Multiplies the score. The best checkpoint keeps the maximum, so use -1 when lower is "
-        "better (a loss, an error rate)."
+        "better (a loss, an error rate), or say it with `score_mode`. The best files are named "
+        "after factor x value; `status`, `runs`, the summary, the sweep and `plot` show the "
+        "metric's own value and say `lower is better`."
+    ),
+    "score_mode": (
+        "The score's direction in words: `'max'` (higher is better) or `'min'` (lower is "
+        "better, the same as `score_factor = -1`, which it sets). A `score_factor` of the other "
+        "sign is a config error. Unset: `score_factor` decides."
     ),
     "tester_score_name": (
         "A tester metric (`test/acc`) that selects its own `test_best_result*` checkpoints. "
         "`gatle-ignite eval --ckpt best` never picks those."
     ),
     "tester_score_factor": "`score_factor` for `tester_score_name`.",
+    "tester_score_mode": "`score_mode` for `tester_score_name`.",
     # ---- checkpoints and resume ----
     "save_ckpt": (
         "Write checkpoints at all. False: nothing is saved, not even at preemption (a "
@@ -235,6 +246,12 @@ FIELD_DOCS: dict[str, str] = {
         "`strict=` for the `model_checkpoint_dir` load and for the model load of "
         "`gatle-ignite eval`."
     ),
+    "export_params": (
+        "For `gatle-ignite export`: `dynamic`, a mapping of `model_input` keys to the "
+        'dimensions to make dynamic (`{"input_ids": [0, 1]}`), beside the batch and the '
+        "dimensions that vary between the batches export samples; `--dynamic KEY=DIM,...` adds "
+        "more. Never changes what a run trains."
+    ),
     "run": (
         "Inference mode, set by `gatle-ignite eval`: its presence, whatever its value (even "
         "False), makes the launcher load a checkpoint and evaluate, never train or write."
@@ -273,6 +290,12 @@ FIELD_DOCS: dict[str, str] = {
         "What a run prints: 0 the results, warnings and errors (and the early-stopping "
         "lines); 1 (default) also the progress lines; 2 also ignite's own INFO lines (loader "
         "settings, the DDP wrap, EarlyStopping's own `Stop training`)."
+    ),
+    "progress_seconds": (
+        "Off a terminal (output to a log file or a pipe), the seconds at least between two "
+        "training or evaluation progress lines; the first comes once this long has passed. "
+        "The epoch blocks are printed whatever it says. 0: the ten lines per epoch a "
+        "terminal gets."
     ),
     "watch_grad": (
         "Log the global gradient norm (`train/grad_norm`) every `log_every` iterations and "
@@ -374,8 +397,10 @@ FIELD_GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "tester_metrics",
             "score_name",
             "score_factor",
+            "score_mode",
             "tester_score_name",
             "tester_score_factor",
+            "tester_score_mode",
         ),
     ),
     (
@@ -392,6 +417,7 @@ FIELD_GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "strict",
             "run",
             "load_from_ckpt",
+            "export_params",
         ),
     ),
     ("Telemetry and profiling", ("count_flops", "profile")),
@@ -401,6 +427,7 @@ FIELD_GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "logger_name",
             "log_every",
             "verbosity",
+            "progress_seconds",
             "watch_grad",
             "tags",
             "wandb_entity",
@@ -433,8 +460,9 @@ UNDECLARED_FIELD_DOCS: dict[str, str] = {
         "That engine's cadence in epochs; required once the engine is declared (0 = off)."
     ),
     "<name>_length": "Iterations per run of that engine; unset = the whole loader.",
-    "<name>_score_name / <name>_score_factor": (
-        "A metric of that engine selecting `<name>_best_result*` checkpoints, and its factor."
+    "<name>_score_name / <name>_score_factor / <name>_score_mode": (
+        "A metric of that engine selecting `<name>_best_result*` checkpoints, its factor, and "
+        "its direction in words (`max` or `min`)."
     ),
     "<name>_early_stop_patience / <name>_early_stop_after": (
         "Early stopping on that engine's score, as for the evaluator."

@@ -1,5 +1,6 @@
 """Config checks that run before anything is built: required fields, values, dotted paths."""
 
+import numbers
 import warnings
 from collections.abc import Iterable
 
@@ -56,6 +57,35 @@ def _check_n_saved(cfg) -> None:
         )
 
 
+SCORE_MODES = {"max": 1, "min": -1}
+
+
+def _apply_score_mode(cfg, spec: EngineSpec) -> None:
+    """Turn ``score_mode`` into the factor the checkpoints, early stopping and sweeps read:
+    ``min`` makes the default factor 1 into -1; a factor of the other sign is refused."""
+    mode_field, factor_field = spec.score_mode_field, spec.score_factor_field
+    mode = cfg.get(mode_field, None) if mode_field else None
+    if mode is None:
+        return
+    if mode not in SCORE_MODES:
+        raise ConfigError(
+            f"{mode_field} = {mode!r}: it must be 'max' (higher is better) or 'min' (lower is "
+            f"better)."
+        )
+    factor = cfg.get(factor_field, 1)
+    if mode == "min" and factor == 1:
+        cfg[factor_field] = -1
+        return
+    if not isinstance(factor, numbers.Real) or factor * SCORE_MODES[mode] <= 0:
+        sign = "positive" if mode == "max" else "negative"
+        raise ConfigError(
+            f"{mode_field} = {mode!r} contradicts {factor_field} = {factor!r}: the best "
+            f"checkpoint keeps the highest score times the factor, so {mode!r} needs a {sign} "
+            f"factor.\n"
+            f"  Leave {factor_field} at 1 and let {mode_field} say the direction."
+        )
+
+
 def _warn_about_scoring(cfg, spec: EngineSpec) -> None:
     if spec.score_field is None:
         return
@@ -98,6 +128,7 @@ def validate_config(
     profile_schedule(cfg.get("profile", False))
     check_values(cfg)
     for spec in specs:
+        _apply_score_mode(cfg, spec)
         _warn_about_scoring(cfg, spec)
     return cfg
 

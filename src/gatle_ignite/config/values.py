@@ -26,6 +26,19 @@ def _is_mapping(value) -> bool:
     return isinstance(value, Mapping) or hasattr(value, "items")
 
 
+def _export_params_ok(value) -> bool:
+    """None, or a mapping holding at most ``dynamic``: input keys to lists of dimensions."""
+    if value is None:
+        return True
+    if not _is_mapping(value) or set(value) - {"dynamic"}:
+        return False
+    dynamic = value.get("dynamic") or {}
+    return _is_mapping(dynamic) and all(
+        isinstance(key, str) and isinstance(dims, (list, tuple)) and all(map(_is_int, dims))
+        for key, dims in dynamic.items()
+    )
+
+
 # (fields, accepts(value), what the value must be). None passes only where a rule says so.
 _RULES = (
     (("max_epochs",), lambda v: _is_int(v) and v >= 1, "an int >= 1"),
@@ -59,6 +72,11 @@ _RULES = (
     ),
     (("dist_timeout",), lambda v: v is None or (_is_int(v) and v >= 1), "None or an int >= 1"),
     (("verbosity",), lambda v: _is_int(v) and 0 <= v <= 2, "0, 1 or 2"),
+    (
+        ("progress_seconds",),
+        lambda v: _is_number(v) and v >= 0,
+        "a number of seconds >= 0 (0: every progress line, as on a terminal)",
+    ),
     (("strategy",), lambda v: v in ("ddp", "fsdp"), "'ddp' or 'fsdp'"),
     # NumPy's seeding range, which setup_seed passes every seed through.
     (("seed",), lambda v: _is_int(v) and 0 <= v < 2**32, "an int in [0, 2**32)"),
@@ -117,6 +135,11 @@ _RULES = (
         ("score_name", "tester_score_name", "load_from_ckpt"),
         lambda v: v is None or isinstance(v, str),
         "a string naming a metric such as 'valid/acc'",
+    ),
+    (
+        ("export_params",),
+        _export_params_ok,
+        "a mapping such as {'dynamic': {'input_ids': [0, 1]}} (model_input keys to dimensions)",
     ),
 )
 

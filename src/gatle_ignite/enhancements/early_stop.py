@@ -66,9 +66,10 @@ def build_early_stoppers(specs, engines, cfg, score_function) -> dict:
 class EarlyStop:
     """A post-eval handler around ignite's EarlyStopping, with its counter checkpointed.
 
-    Only a strictly better score is an improvement (a tie counts against the patience), as it
-    is for the best checkpoint, which a tie does not replace. The decision is taken after the
-    evaluation; its line is printed by ``announce``, after the epoch's block of metrics.
+    Only a strictly better score is an improvement (a tie counts against the patience), while
+    the best checkpoint, by 0.4's rule, moves to the newest of tied epochs. The decision is
+    taken after the evaluation; its line is printed by ``announce``, after the epoch's block of
+    metrics.
     """
 
     def __init__(self, spec, patience, after, score_function, trainer):

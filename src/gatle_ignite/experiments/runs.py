@@ -2,10 +2,12 @@
 
 A run directory is one that holds a ``run.json`` or a checkpoint; below any other folder every
 run is found, at any depth (a sweep's trials, a folder of runs). Reading never loads a
-checkpoint and never takes a run's lock, so it is safe while runs train.
+checkpoint and never takes a run's lock, so it is safe while runs train. Its records are read
+as the run directory reads a directory someone else wrote (``run.filesystem.read_confined``).
+A run is ranked by the checkpoints its ``run.json`` indexes; a file there that it does not index
+is named in a warning and never ranked (a 0.4 run has no index: its files are all there is).
 """
 
-import fnmatch
 import json
 import math
 import os
@@ -16,7 +18,8 @@ from pathlib import Path
 from typing import Optional
 
 from gatle_ignite.dispatch import ConfigError
-from gatle_ignite.run.identity import BOOKKEEPING, flatten
+from gatle_ignite.run.filesystem import read_confined
+from gatle_ignite.run.identity import bookkeeping, flatten
 from gatle_ignite.run.layout import (
     CONFIG_FILE,
     LATEST_PREFIX,
@@ -26,11 +29,18 @@ from gatle_ignite.run.layout import (
     parse_checkpoint_name,
 )
 from gatle_ignite.run.lock import holder
+from gatle_ignite.run.manifest import checked_entry
+from gatle_ignite.run.scores import LOWER_IS_BETTER, metric_value, scoring
 
 __all__ = [
     "RunSummary",
+    "ScoreGroup",
     "best_first",
+    "by_score",
+    "compared_params",
     "differing_params",
+    "direction_words",
+    "distinct_labels",
     "find_runs",
     "is_run_dir",
     "read_run",
@@ -41,24 +51,33 @@ __all__ = [
 _NO_RUN_HINT = "Give a run's save_dir, a folder of runs or a sweep directory."
 
 
+def direction_words(score_factor) -> str:
+    """``higher is better``, or ``lower is better`` for a negative ``score_factor``."""
+    return LOWER_IS_BETTER if (score_factor or 1) < 0 else "higher is better"
+
+
 @dataclass
 class RunSummary:
     """What one run directory says about its run.
 
     ``score`` is the best ``score_name`` value in the run's own units; ``ranking`` is the same
-    times ``score_factor``, which is higher for the better run whatever the direction.
+    times ``score_factor``, which is higher for the better run whatever the direction. A sweep's
+    trial knows its ``trial`` number and its ``sweep``'s name.
     """
 
     path: Path
     name: str
     state: str
     trial: Optional[int] = None
+    sweep: Optional[str] = None
     score_name: Optional[str] = None
+    score_factor: float = 1
     score: Optional[float] = None
     ranking: Optional[float] = None
     score_epoch: Optional[int] = None
     epochs: Optional[int] = None
     max_epochs: Optional[int] = None
+    epoch_length: Optional[int] = None
     seconds: Optional[float] = None
     config: dict = field(default_factory=dict)
     params: dict = field(default_factory=dict)
@@ -67,7 +86,16 @@ class RunSummary:
 
     @property
     def label(self) -> str:
-        return f"trial {self.trial}" if self.trial is not None else self.name
+        """The run's name; a sweep's trial is ``<sweep>/trial <n>``, so two sweeps' trials
+        differ."""
+        if self.trial is None:
+            return self.name
+        return f"{self.sweep}/trial {self.trial}" if self.sweep else f"trial {self.trial}"
+
+    @property
+    def direction(self) -> str:
+        """Which way the score improves, in words."""
+        return direction_words(self.score_factor)
 
     def value(self, key: str):
         """The run's value of the dotted config field ``key`` (a sweep's own parameter when the
@@ -126,28 +154,37 @@ def find_runs(paths) -> list:
 
 def _read_json(path: Path) -> Optional[dict]:
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(read_confined(path))
     except FileNotFoundError:
         return None
-    except (OSError, ValueError) as error:
+    except (OSError, ValueError, RecursionError) as error:
         warnings.warn(f"{path} cannot be read ({error}); ignoring it.", stacklevel=4)
         return None
     return data if isinstance(data, dict) else None
 
 
 def _entries(path: Path, manifest: Optional[dict]) -> list:
-    """The run's checkpoints: its index's entries whose files exist, and by name the others."""
+    """The run's checkpoints: its index's entries whose files exist; without an index (a 0.4
+    run), every checkpoint file by its name."""
     on_disk = {p.name for p in checkpoint_files(path)}
+    if manifest is None:
+        return [parse_checkpoint_name(name) for name in sorted(on_disk)]
     known = []
-    for raw in (manifest or {}).get("checkpoints", []):
+    for raw in manifest.get("checkpoints") or []:
         try:
-            entry = Entry(**raw)
-        except TypeError:
+            entry = checked_entry(raw, path / MANIFEST_FILE)
+        except ValueError:
             continue
         if entry.file in on_disk:
             known.append(entry)
-    indexed = {entry.file for entry in known}
-    return known + [parse_checkpoint_name(name) for name in sorted(on_disk - indexed)]
+    unindexed = sorted(on_disk - {entry.file for entry in known})
+    if unindexed:
+        warnings.warn(
+            f"{path}: {len(unindexed)} checkpoint file(s) its {MANIFEST_FILE} does not index, "
+            f"so not ranked: {', '.join(unindexed)}.",
+            stacklevel=4,
+        )
+    return known
 
 
 def _best(entries: list, score_name: Optional[str]) -> Optional[Entry]:
@@ -166,10 +203,16 @@ def _trained_epochs(manifest: Optional[dict], entries: list) -> Optional[int]:
     if manifest is None:
         epochs = [e.epoch for e in entries if e.kind == LATEST_PREFIX and e.epoch is not None]
         return max(epochs) if epochs else None
-    iteration, length = manifest.get("trained_iteration"), manifest.get("epoch_length")
+    iteration, length = _count(manifest, "trained_iteration"), _count(manifest, "epoch_length")
     if iteration is not None and length:
         return iteration // length
-    return manifest.get("trained_epoch")
+    return _count(manifest, "trained_epoch")
+
+
+def _count(manifest: Optional[dict], name: str) -> Optional[int]:
+    """A whole-number field of ``run.json``; None when it holds anything else."""
+    value = (manifest or {}).get(name)
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def _timestamp(text) -> Optional[datetime]:
@@ -221,6 +264,17 @@ def _trial(manifest: Optional[dict]) -> Optional[int]:
     return trial if isinstance(trial, int) and not isinstance(trial, bool) else None
 
 
+def _sweep_name(manifest: Optional[dict]) -> Optional[str]:
+    """The trial's study (the sweep directory's name unless the sweep named it), or None."""
+    record = _sweep_trial(manifest)
+    study, sweep_dir = record.get("study"), record.get("sweep_dir")
+    if isinstance(study, str) and study:
+        return study
+    if isinstance(sweep_dir, str) and Path(sweep_dir).name:
+        return Path(sweep_dir).name
+    return None
+
+
 def _manifest(path: Path) -> Optional[dict]:
     manifest = _read_json(path / MANIFEST_FILE)
     if manifest is not None and not isinstance(manifest.get("config", {}), dict):
@@ -234,8 +288,8 @@ def read_run(path) -> RunSummary:
     manifest = _manifest(path)
     config = (manifest or {}).get("config") or _read_json(path / CONFIG_FILE) or {}
     entries = _entries(path, manifest)
-    score_name = config.get("score_name")
-    factor = config.get("score_factor") or 1
+    score_name, factor = scoring(config, "valid")
+    factor = _factor(factor)
     best = _best(entries, score_name)
     params = _sweep_trial(manifest).get("params")
     return RunSummary(
@@ -243,18 +297,30 @@ def read_run(path) -> RunSummary:
         name=str((manifest or {}).get("name") or config.get("name") or path.name),
         state=_state(path, manifest),
         trial=_trial(manifest),
+        sweep=_sweep_name(manifest),
         score_name=score_name,
-        score=best.score / factor if best is not None else None,
+        score_factor=factor,
+        score=metric_value(best.score, factor) if best is not None else None,
         ranking=best.score if best is not None else None,
         score_epoch=best.epoch if best is not None else None,
         epochs=_trained_epochs(manifest, entries),
-        max_epochs=(manifest or {}).get("max_epochs") or config.get("max_epochs"),
+        max_epochs=_count(manifest, "max_epochs") or config.get("max_epochs"),
+        epoch_length=_whole((manifest or {}).get("epoch_length")),
         seconds=_seconds(manifest),
         config=flatten(config),
         params=params if isinstance(params, dict) else {},
         starts=[s for s in (manifest or {}).get("provenance") or [] if isinstance(s, dict)],
         lr_groups=_lr_groups(manifest),
     )
+
+
+def _whole(value) -> Optional[int]:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
+def _factor(value) -> float:
+    is_number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    return value if is_number and value else 1
 
 
 def _lr_groups(manifest: Optional[dict]) -> list:
@@ -276,11 +342,57 @@ def read_runs(paths) -> list:
     return best_first(read_run(path) for path in find_runs(paths))
 
 
+@dataclass
+class ScoreGroup:
+    """Runs scored by the same metric in the same direction, the best first: the runs that
+    can be ranked against each other. ``score_name`` is None for the runs without a score."""
+
+    score_name: Optional[str]
+    direction: Optional[str]
+    runs: list
+
+    @property
+    def title(self) -> str:
+        count = f"{len(self.runs)} run(s)"
+        if self.score_name is None:
+            return f"{count} without a score"
+        return f"{count} scored by {self.score_name} ({self.direction}), the best first"
+
+
+def by_score(runs) -> list:
+    """``runs`` in groups of one score metric and direction, each ranked on its own (a loss
+    and an accuracy are never ranked together); the largest group first, the runs without a
+    score last."""
+    groups = {}
+    for run in runs:
+        key = (run.score_name, run.direction) if run.score_name else (None, None)
+        groups.setdefault(key, []).append(run)
+    ordered = sorted(
+        groups.items(), key=lambda item: (item[0][0] is None, -len(item[1]), str(item[0]))
+    )
+    return [
+        ScoreGroup(name, direction, best_first(members)) for (name, direction), members in ordered
+    ]
+
+
+def distinct_labels(runs: list) -> list:
+    """Each run's label; where labels repeat, its directory's name, and where those repeat
+    too, its path below the folder that holds every run."""
+    labels = [run.label for run in runs]
+    top = Path(os.path.commonpath([str(run.path.absolute()) for run in runs])) if runs else None
+    for other in (lambda run: run.path.name, lambda run: _below(run.path, top)):
+        labels = [
+            other(run) if labels.count(label) > 1 else label for run, label in zip(runs, labels)
+        ]
+    return labels
+
+
+def _below(path: Path, top: Optional[Path]) -> str:
+    relative = os.path.relpath(path.absolute(), top) if top is not None else str(path)
+    return str(path) if relative == "." else relative
+
+
 # ---- what sets runs apart ----
-
-
-def _never_training(key: str) -> bool:
-    return any(fnmatch.fnmatchcase(key, pattern) for pattern in BOOKKEEPING)
 
 
 def _comparable(value) -> str:
@@ -295,8 +407,34 @@ def differing_params(runs: list) -> list:
     differing = {
         key
         for key in keys
-        if not _never_training(key)
+        if not bookkeeping(key)
         and len({_comparable(run.config.get(key)) for run in configured}) > 1
     }
     swept = set().union(*(run.params for run in runs)) if runs else set()
     return sorted(differing | swept)
+
+
+def _swept(runs: list) -> list:
+    return list(dict.fromkeys(key for run in runs for key in run.params))
+
+
+def compared_params(runs: list, everything: bool = False) -> list:
+    """The fields that set ``runs`` apart: every parameter a sweep set, then the fields every
+    run sets, to values not all the same, in the config's order (fields that never change
+    training left out). With ``everything``, :func:`differing_params`: a field only some runs
+    set (another loss term, another model's parameter) too."""
+    if everything:
+        return differing_params(runs)
+    swept = _swept(runs)
+    configured = [run for run in runs if run.config]
+    if not configured:
+        return swept
+    differing = [
+        key
+        for key in configured[0].config
+        if key not in swept
+        and not bookkeeping(key)
+        and all(run.config.get(key) is not None for run in configured)
+        and len({_comparable(run.config[key]) for run in configured}) > 1
+    ]
+    return swept + differing

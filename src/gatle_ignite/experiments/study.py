@@ -3,12 +3,14 @@
 Optuna is optional (the ``sweep`` extra) and imported only here, when a sweep is drawn.
 """
 
+import sys
 import warnings
 from pathlib import Path
 from typing import Optional
 
 from gatle_ignite.dispatch import ConfigError
 from gatle_ignite.redaction import REDACTED
+from gatle_ignite.run.filesystem import UnsafeFile, open_regular
 from gatle_ignite.sweep.record import RECORD_FILE, SweepRecord
 from gatle_ignite.sweep.study import open_storage, where_stored
 
@@ -47,7 +49,20 @@ def load_study(sweep_dir, storage: Optional[str] = None):
     optuna = require_optuna(sweep_dir)
     record = SweepRecord.read(sweep_dir)
     where = where_stored(sweep_dir, storage or _recorded_url(record))
+    if "journal" in where:
+        _check_journal(Path(where["journal"]))
     return optuna.load_study(study_name=record.study, storage=open_storage(where))
+
+
+def _check_journal(path: Path) -> None:
+    """Refuse a journal Optuna would wait on or read from elsewhere: a FIFO, a device, a link out
+    of the sweep directory (its size is the study's own)."""
+    try:
+        open_regular(path, limit=sys.maxsize).close()
+    except FileNotFoundError:
+        return
+    except (OSError, UnsafeFile) as error:
+        raise ConfigError(f"the sweep's study journal {path} cannot be read: {error}.") from None
 
 
 def _recorded_url(record: SweepRecord) -> Optional[str]:

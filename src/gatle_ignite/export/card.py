@@ -13,6 +13,7 @@ import torch
 
 import gatle_ignite
 from gatle_ignite.export import PACKAGES
+from gatle_ignite.export.shapes import Dims
 from gatle_ignite.export.source import Source
 from gatle_ignite.export.verify import flat_tensors
 from gatle_ignite.redaction import config_payload
@@ -30,10 +31,13 @@ class Artefact:
 
     file: str
     tolerance: str
-    # [(rows, {output key: max abs diff})], one per batch checked.
+    # [(what it ran on, {output key: max abs diff})], one per check.
     checked: list
-    dynamic_batch: Optional[bool] = None
+    # The program's dynamic and static dimensions; None for a format that traces nothing.
+    dims: Optional[Dims] = None
     extra_files: list = field(default_factory=list)
+    # The format's own rows of the card: [(name, value)].
+    rows: list = field(default_factory=list)
 
 
 def _manifest(save_dir) -> Optional[Manifest]:
@@ -90,9 +94,9 @@ def _versions(fmt: str) -> str:
 
 def _checked_line(artefact: Artefact) -> str:
     parts = []
-    for rows, differences in artefact.checked:
+    for on, differences in artefact.checked:
         worst = ", ".join(f"`{key}` {value:.3g}" for key, value in differences.items())
-        parts.append(f"batch of {rows}: max abs diff {worst}")
+        parts.append(f"{on}: max abs diff {worst}")
     return f"outputs equal the eager model's {artefact.tolerance}; " + "; ".join(parts)
 
 
@@ -114,7 +118,7 @@ def _loading(fmt: str, out: Path, cfg, source: Source, artefact: Artefact) -> st
         return (
             f"import torch\n\n"
             f'program = torch.export.load("{path}")\n'
-            f"outputs = program.module()({call})  # a dict, as the model returns"
+            f"outputs = program.module()({call})  # a dict of the model's outputs, by name"
         )
     feeds = ", ".join(f'"{name}": ...' for name in flat_tensors(source.inputs))
     names = ", ".join(artefact.checked[0][1])
@@ -136,6 +140,24 @@ def _fixed_inputs(fmt: str, source: Source) -> list:
     return [("Fixed inputs", f"{named}: constants of the program, pass the same")]
 
 
+def _dims_rows(dims: Dims, source: Source) -> list:
+    """The dynamic dimensions, each with its range and bound, and the marked ones kept static."""
+    described = []
+    for axis in dims.axes:
+        where = " and ".join(f"`{key}` dim {dim}" for key, dim in axis.positions)
+        bound = f" ({axis.bound})" if axis.bound else ""
+        name = "the batch: " if axis.batch else ""
+        refused = "".join(f"; its guards refuse {size} ({why})" for size, why in axis.refused)
+        described.append(f"{name}{where}, {axis.range_text()}{bound}{refused}")
+    rows = [("Dynamic dimensions", "; ".join(described) or "none: the example's shapes only")]
+    if not dims.batch_dynamic and source.rows is not None:
+        rows.append(("Batch dimension", f"static ({source.rows} rows)"))
+    static = [f"`{key}` dim {dim} = {size} ({why})" for key, dim, size, why in dims.fixed()]
+    if static:
+        rows.append(("Static dimensions", "; ".join(static) + ": the model fixes them"))
+    return rows
+
+
 def _table(fmt: str, cfg, source: Source, artefact: Artefact) -> list:
     manifest = _manifest(cfg.save_dir)
     fingerprint = (
@@ -153,11 +175,11 @@ def _table(fmt: str, cfg, source: Source, artefact: Artefact) -> list:
         ("Model", f"`{cfg.model_name}`"),
         ("Example inputs", f"{inputs}, one batch of the {source.split} split"),
     ]
-    if artefact.dynamic_batch is not None:
-        batch = "dynamic" if artefact.dynamic_batch else f"static ({source.rows} rows)"
-        rows += [("Batch dimension", batch), *_fixed_inputs(fmt, source)]
+    if artefact.dims is not None:
+        rows += [*_dims_rows(artefact.dims, source), *_fixed_inputs(fmt, source)]
     return [
         *rows,
+        *artefact.rows,
         ("Checked", _checked_line(artefact)),
         ("Versions", _versions(fmt)),
         ("Exported", datetime.now(timezone.utc).isoformat(timespec="seconds")),

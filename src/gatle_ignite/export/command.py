@@ -41,8 +41,10 @@ def export_model(
     ckpt: str = "best",
     weights: str = "eval",
     force: bool = False,
+    dynamic=(),
 ) -> Path:
-    """Export the model of ``cfg``'s ``ckpt`` as ``fmt`` into the directory ``out``.
+    """Export the model of ``cfg``'s ``ckpt`` as ``fmt`` into the directory ``out``;
+    ``dynamic`` holds ``(input key, [dim])`` pairs to make dynamic beside those found.
 
     Nothing appears at ``out`` unless the written artefact loads back and computes what the
     eager model computes; an existing non-empty ``out`` is replaced only with ``force``.
@@ -56,7 +58,7 @@ def export_model(
     require_extra(fmt)
     out = Path(out)
     check_out_dir(out, force)
-    source = load_source(cfg, ckpt, weights)
+    source = load_source(cfg, ckpt, weights, dynamic)
     with staged(out) as staging:
         try:
             artefact = _write(fmt, source, staging, cfg)

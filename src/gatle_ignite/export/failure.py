@@ -9,17 +9,12 @@ import contextlib
 import io
 import logging
 import re
-import traceback
-from pathlib import Path
 
-import torch
-
-import gatle_ignite
 from gatle_ignite.dispatch import ConfigError
+from gatle_ignite.utils.frames import where_raised
 
 __all__ = ["exporter_reason", "failed_at", "quiet_exporter"]
 
-_LIBRARY_DIRS = tuple(str(Path(module.__file__).parent) for module in (torch, gatle_ignite))
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _DATA_DEPENDENT = ("data-dependent", "DataDependent")
 
@@ -54,18 +49,6 @@ def exporter_reason(error: BaseException) -> str:
     return f"{type(inner).__name__}: {first}"
 
 
-def _task_line(error: BaseException) -> str:
-    """Where in the task's own code the failure passed last, as a hint."""
-    frames = []
-    for link in (error, _innermost(error)):
-        frames += traceback.extract_tb(link.__traceback__)
-    own = [frame for frame in frames if not frame.filename.startswith(_LIBRARY_DIRS)]
-    if not own:
-        return ""
-    frame = own[-1]
-    return f"\n  at {frame.filename}:{frame.lineno}, in {frame.name}"
-
-
 def _advice(error: BaseException) -> str:
     inner = _innermost(error)
     if any(mark in f"{type(inner).__name__} {inner}" for mark in _DATA_DEPENDENT):
@@ -83,5 +66,5 @@ def _advice(error: BaseException) -> str:
 def failed_at(stage: str, error: BaseException) -> ConfigError:
     """The config error for an exporter's failure at ``stage``."""
     return ConfigError(
-        f"export failed at {stage}: {exporter_reason(error)}{_task_line(error)}\n{_advice(error)}"
+        f"export failed at {stage}: {exporter_reason(error)}{where_raised(error)}\n{_advice(error)}"
     )

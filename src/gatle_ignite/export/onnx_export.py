@@ -13,7 +13,7 @@ import torch
 
 from gatle_ignite.export.card import Artefact
 from gatle_ignite.export.failure import failed_at, quiet_exporter
-from gatle_ignite.export.program import trace
+from gatle_ignite.export.program import size_checks, trace
 from gatle_ignite.export.source import Source
 from gatle_ignite.export.verify import ONNX_FP32, check_against_eager, eager_outputs, flat_tensors
 
@@ -58,5 +58,7 @@ def export_onnx(source: Source, staging: Path) -> Artefact:
             raise failed_at(f"running {FILE} in onnxruntime", error) from None
         return {name: torch.from_numpy(value) for name, value in zip(output_names, results)}
 
-    checked = check_against_eager(FILE, source.model, source.inputs, run, ONNX_FP32, traced.dynamic)
-    return Artefact(FILE, str(ONNX_FP32), checked, dynamic_batch=traced.dynamic)
+    checked = check_against_eager(
+        FILE, source.model, size_checks(traced, source.inputs), run, ONNX_FP32
+    )
+    return Artefact(FILE, str(ONNX_FP32), checked, dims=traced.dims)

@@ -11,7 +11,7 @@ import torch
 
 from gatle_ignite.export.card import Artefact
 from gatle_ignite.export.failure import failed_at, quiet_exporter
-from gatle_ignite.export.program import trace
+from gatle_ignite.export.program import size_checks, trace
 from gatle_ignite.export.source import Source
 from gatle_ignite.export.verify import EXACT, check_against_eager, flat_tensors
 
@@ -37,5 +37,7 @@ def export_pt2(source: Source, staging: Path) -> Artefact:
         except Exception as error:
             raise failed_at(f"running the loaded {FILE}", error) from None
 
-    checked = check_against_eager(FILE, source.model, source.inputs, run, EXACT, traced.dynamic)
-    return Artefact(FILE, str(EXACT), checked, dynamic_batch=traced.dynamic)
+    checked = check_against_eager(
+        FILE, source.model, size_checks(traced, source.inputs), run, EXACT
+    )
+    return Artefact(FILE, str(EXACT), checked, dims=traced.dims)

@@ -18,14 +18,40 @@ from gatle_ignite.dispatch import ConfigError, call_with_params, import_entrypoi
 from gatle_ignite.export.card import Artefact
 from gatle_ignite.export.failure import failed_at
 from gatle_ignite.export.source import Source
-from gatle_ignite.export.verify import EXACT, check_against_eager, flat_tensors
-from gatle_ignite.redaction import config_payload
+from gatle_ignite.export.verify import EXACT, check_against_eager, described, flat_tensors
+from gatle_ignite.redaction import REDACTED, config_payload
+from gatle_ignite.run.identity import flatten
 from gatle_ignite.run.loading import load_weights
 
-__all__ = ["CONFIG", "FILE", "export_safetensors"]
+__all__ = ["CONFIG", "FILE", "export_safetensors", "tied_names"]
 
 FILE = "model.safetensors"
 CONFIG = "config.json"
+
+
+def tied_names(model) -> list:
+    """``[[name, name, ...]]``: the state dict's names that hold one tensor (tied weights, as
+    a language model's output layer shares its input embedding), the first as ordered."""
+    groups = {}
+    for key, value in model.state_dict().items():
+        if torch.is_tensor(value) and value.numel():
+            where = (value.untyped_storage().data_ptr(), value.storage_offset(), value.shape)
+            groups.setdefault(where, []).append(key)
+    return [names for names in groups.values() if len(names) > 1]
+
+
+def _tied_row(model) -> list:
+    tied = tied_names(model)
+    if not tied:
+        return []
+    pairs = "; ".join(" = ".join(f"`{name}`" for name in names) for names in tied)
+    return [
+        (
+            "Tied weights",
+            f"{pairs}: one tensor in the model, written under each name (safetensors keeps no "
+            f"shared tensors); Model(**model_params) ties them again and loading fills both",
+        )
+    ]
 
 
 def _weights(model) -> dict:
@@ -80,5 +106,22 @@ def export_safetensors(source: Source, staging: Path, cfg) -> Artefact:
         except Exception as error:
             raise failed_at(f"running a fresh Model(**model_params) with {FILE}", error) from None
 
-    checked = check_against_eager(FILE, source.model, source.inputs, run, EXACT, dynamic=False)
-    return Artefact(FILE, str(EXACT), checked, extra_files=[CONFIG])
+    checks = [(described(source.inputs), source.inputs)]
+    checked = check_against_eager(FILE, source.model, checks, run, EXACT)
+    rows = [*_tied_row(source.model), *_secrets_row(rebuild["model_params"])]
+    return Artefact(FILE, str(EXACT), checked, extra_files=[CONFIG], rows=rows)
+
+
+def _secrets_row(params: dict) -> list:
+    """A row naming the model_params config.json holds redacted: a rebuild must be given them."""
+    hidden = [name for name, value in flatten(params).items() if value == REDACTED]
+    if not hidden:
+        return []
+    named = ", ".join(f"`model_params.{name}`" for name in hidden)
+    return [
+        (
+            "Not in config.json",
+            f"{named}: named like a secret, so written {REDACTED}; "
+            f"pass the value yourself when you rebuild the model",
+        )
+    ]

@@ -1,17 +1,20 @@
 """What is exported: the task's model, loaded as ``gatle-ignite eval`` loads it, holding the
-weights evaluation saw, and one real batch of an evaluation split to trace and check it with.
+weights evaluation saw, and one real batch of an evaluation split to trace and check it with;
+a few more batches of that split show which input dimensions vary in use.
 
 The trainer is built in inference mode in this one process, whatever ``nproc_per_node`` says,
 with ``compile`` and activation checkpointing off (they change how the model runs, not what it
 computes). The model is exported in float32 on the CPU: autocast is not part of it.
 """
 
-from dataclasses import dataclass
+import itertools
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
 from gatle_ignite.dispatch import ConfigError, import_entrypoint
+from gatle_ignite.export.shapes import named_dims, varying_dims
 from gatle_ignite.export.verify import rows_of
 from gatle_ignite.trainer.base import BaseTrainer
 from gatle_ignite.trainer.checkpointing import load_eval_checkpoint
@@ -21,6 +24,9 @@ from gatle_ignite.utils.batch import to_device
 __all__ = ["Source", "load_source"]
 
 _CPU = torch.device("cpu")
+# Batches taken through prep_batch to see which input dimensions vary: enough to catch a
+# per-batch padded length, few enough to cost nothing beside the export.
+SAMPLED_BATCHES = 8
 
 
 @dataclass
@@ -35,15 +41,20 @@ class Source:
     # Whether the task's eval_context swaps other weights in (an EMA).
     swapped: bool
     split: str
+    # {key: {dim}}: the dimensions whose size differs between the sampled batches.
+    varying: dict = field(default_factory=dict)
+    # {key: [(dim, who named it)]}: those export_params or --dynamic name.
+    named: dict = field(default_factory=dict)
 
     @property
     def rows(self):
         return rows_of(self.inputs)
 
 
-def load_source(cfg, ckpt: str, weights: str) -> Source:
-    """Build the config's trainer, load ``ckpt`` into it, and take one batch of its first
-    evaluation split with data through ``prep_batch``."""
+def load_source(cfg, ckpt: str, weights: str, dynamic=()) -> Source:
+    """Build the config's trainer, load ``ckpt`` into it, and take a few batches of its first
+    evaluation split with data through ``prep_batch``; ``dynamic`` holds ``--dynamic``'s
+    ``(key, [dim])`` pairs."""
     cfg.run = True
     cfg.load_from_ckpt = ckpt
     cfg.compile = False
@@ -54,11 +65,21 @@ def load_source(cfg, ckpt: str, weights: str) -> Source:
     if checkpoint.is_dir():
         print(f"CONSOLIDATED: the shards of {checkpoint.name} loaded as one whole model")
     spec = _example_spec(trainer)
-    inputs = _example_inputs(trainer, spec)
+    batches = _sampled_inputs(trainer, spec)
     swapped = _choose_weights(trainer, spec, weights)
     model = trainer.model.to(_CPU).eval()
     _note_own_forward(trainer)
-    return Source(model, inputs, checkpoint, weights, swapped, spec.split)
+    named = named_dims(cfg.get("export_params", None), dynamic)
+    return Source(
+        model,
+        batches[0],
+        checkpoint,
+        weights,
+        swapped,
+        spec.split,
+        varying=varying_dims(batches),
+        named=named,
+    )
 
 
 def _example_spec(trainer):
@@ -72,12 +93,16 @@ def _example_spec(trainer):
     )
 
 
-def _example_inputs(trainer, spec) -> dict:
+def _sampled_inputs(trainer, spec) -> list:
+    """The model inputs of the split's first batches: the first is the example."""
     loader = trainer.dls[spec.split]
-    try:
-        batch = next(iter(loader))
-    except StopIteration:
-        raise ConfigError(f"the {spec.split} split yielded no batch to export with.") from None
+    batches = list(itertools.islice(loader, SAMPLED_BATCHES))
+    if not batches:
+        raise ConfigError(f"the {spec.split} split yielded no batch to export with.")
+    return [_model_input(trainer, spec, batch) for batch in batches]
+
+
+def _model_input(trainer, spec, batch) -> dict:
     prepared = trainer.prep_batch(batch, split=spec.engine_type)
     check_prepared(prepared, spec.engine_type)
     inputs = to_device(dict(prepared["model_input"]), _CPU)

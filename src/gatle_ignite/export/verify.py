@@ -11,14 +11,15 @@ from typing import Optional
 import torch
 
 from gatle_ignite.dispatch import ConfigError
+from gatle_ignite.utils.batch import named_outputs
 
 __all__ = [
     "EXACT",
     "ONNX_FP32",
     "Tolerance",
-    "batch_rows",
     "check_against_eager",
     "check_outputs",
+    "described",
     "eager_outputs",
     "flat_tensors",
     "rows_of",
@@ -42,15 +43,17 @@ ONNX_FP32 = Tolerance(1e-4, 1e-3)
 
 
 def flat_tensors(value, prefix: str = "") -> dict:
-    """``{dotted key: tensor}`` from nested dicts, lists and tuples, in their order.
+    """``{dotted key: tensor}`` from nested mappings, dataclasses (a ``ModelOutput``), lists and
+    tuples, in their order.
 
     The order is torch's own flattening order (a dict's insertion order), which the exported
     programs keep. Non-tensor leaves are left out: exporters bake them in as constants.
     """
     if torch.is_tensor(value):
         return {prefix or "y_pred": value}
-    if isinstance(value, dict):
-        items = value.items()
+    named = named_outputs(value)
+    if named is not None:
+        items = named.items()
     elif isinstance(value, (list, tuple)):
         items = enumerate(value)
     else:
@@ -67,17 +70,6 @@ def rows_of(inputs: dict) -> Optional[int]:
         if tensor.dim() > 0:
             return tensor.shape[0]
     return None
-
-
-def batch_rows(value, rows: int, keep: int):
-    """``value`` with every tensor whose first dimension is the batch cut to its first rows."""
-    if torch.is_tensor(value):
-        return value[:keep] if value.dim() > 0 and value.shape[0] == rows else value
-    if isinstance(value, dict):
-        return {key: batch_rows(item, rows, keep) for key, item in value.items()}
-    if isinstance(value, (list, tuple)):
-        return type(value)(batch_rows(item, rows, keep) for item in value)
-    return value
 
 
 def _max_difference(expected: torch.Tensor, got: torch.Tensor) -> float:
@@ -98,9 +90,7 @@ def _within(expected: torch.Tensor, got: torch.Tensor, tolerance: Tolerance) -> 
     )
 
 
-def check_outputs(
-    label: str, expected: dict, got: dict, tolerance: Tolerance, rows: Optional[int]
-) -> dict:
+def check_outputs(label: str, expected: dict, got: dict, tolerance: Tolerance, on: str) -> dict:
     """Refuse ``got`` unless it holds every key of ``expected`` with its values; print and
     return each key's largest difference."""
     missing = [key for key in expected if key not in got]
@@ -120,13 +110,12 @@ def check_outputs(
         difference = differences[key] = _max_difference(want, have)
         if not _within(want, have, tolerance):
             failed.append(f"{key!r} (max abs diff {difference:.3g})")
-    batch = f"a batch of {rows}" if rows is not None else "the example inputs"
     if failed:
         raise ConfigError(
-            f"export check failed ({label}) on {batch}: {', '.join(failed)} not equal to the "
+            f"export check failed ({label}) on {on}: {', '.join(failed)} not equal to the "
             f"eager model's {tolerance}."
         )
-    print(f"CHECKED {label} on {batch}: every output equals the eager model's {tolerance}")
+    print(f"CHECKED {label} on {on}: every output equals the eager model's {tolerance}")
     for key, difference in differences.items():
         print(f"  {key}: max abs diff {difference:.3g}")
     return differences
@@ -138,21 +127,23 @@ def eager_outputs(model, inputs: dict) -> dict:
         return flat_tensors(model(**inputs))
 
 
+def described(inputs: dict) -> str:
+    """How a check names the inputs it ran on: the batch's row count."""
+    rows = rows_of(inputs)
+    return f"a batch of {rows}" if rows is not None else "the example inputs"
+
+
 def check_against_eager(
-    label: str, model, inputs: dict, run: Callable, tolerance: Tolerance, dynamic: bool
+    label: str, model, checks: list, run: Callable, tolerance: Tolerance
 ) -> list:
     """Check ``run(inputs)`` (the exported artefact, outputs flattened) against the eager
-    ``model`` on the example batch and, when the batch is dynamic, on a batch of half its rows.
+    ``model`` on each of ``checks``, ``[(what it is, inputs)]``.
 
-    Returns ``[(rows, {key: max abs diff})]``, one per batch checked."""
-    rows = rows_of(inputs)
-    batches = [(inputs, rows)]
-    if dynamic and rows is not None and rows >= 4:
-        batches.append((batch_rows(inputs, rows, rows // 2), rows // 2))
+    Returns ``[(what it is, {key: max abs diff})]``, one per check."""
     checked = []
-    for batch, size in batches:
+    for on, inputs in checks:
         with torch.no_grad():
-            got = run(batch)
-        expected = eager_outputs(model, batch)
-        checked.append((size, check_outputs(label, expected, got, tolerance, size)))
+            got = run(inputs)
+        expected = eager_outputs(model, inputs)
+        checked.append((on, check_outputs(label, expected, got, tolerance, on)))
     return checked

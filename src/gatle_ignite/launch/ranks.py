@@ -9,24 +9,23 @@ import signal
 import sys
 import tempfile
 import warnings
-from pathlib import Path
 
 import torch
 
 from gatle_ignite.trainer.preemption import (
     EXIT_INTERRUPTED,
     EXIT_PREEMPTED,
+    MARKS_DIR_VAR,
     REQUEST,
     Preempted,
     exit_code_for,
+    leave_mark,
     preemption_signals,
     signal_name,
 )
 
 __all__ = ["EXIT_CONFIG_ERROR", "EXIT_PEER_TIMEOUT", "MARKS_DIR_VAR", "RankMarks", "supervised"]
 
-# Where each spawned rank leaves a mark of how its run ended; see RankMarks.
-MARKS_DIR_VAR = "GATLE_IGNITE_RANK_MARKS_DIR"
 # sysexits' EX_UNAVAILABLE: a rank's peers stopped answering; the rank that waited says so.
 EXIT_PEER_TIMEOUT = 69
 # The CLI's code for a config error, which a spawned rank reports itself, without a traceback.
@@ -36,19 +35,16 @@ EXIT_CONFIG_ERROR = 2
 class RankMarks:
     """A folder where each rank this launcher spawned marks how its run ended.
 
-    ``finished-<local rank>`` once its run is done, ``preempted-<local rank>`` once it saved
-    its preemption checkpoint, ``config_error-<local rank>`` when it stops on a config error; a
-    rank that ends with none of them failed.
+    ``finished-<local rank>`` once its run is done, ``preempted-<local rank>`` once its
+    preemption checkpoint is written (before its teardown, which a second signal may cut short),
+    ``config_error-<local rank>`` when it stops on a config error; a rank that ends with none of
+    them failed.
     """
 
     def __init__(self, folder: str):
         self.folder = folder
 
-    @staticmethod
-    def leave(outcome: str, local_rank: int) -> None:
-        folder = os.environ.get(MARKS_DIR_VAR)
-        if folder:
-            Path(folder, f"{outcome}-{local_rank}").touch()
+    leave = staticmethod(leave_mark)
 
     def count(self, *outcomes: str) -> int:
         return sum(name.split("-")[0] in outcomes for name in os.listdir(self.folder))
@@ -96,7 +92,7 @@ def _ranks_supervised(nproc: int, marks: RankMarks):
             yield
         except torch.multiprocessing.ProcessExitedException as error:
             if killed_by:
-                raise _killed(killed_by[0]) from None
+                raise _killed(killed_by[0], saved=marks.count("preempted") > 0) from None
             if marks.count("config_error"):
                 # Whichever rank torch names (one may abort in gloo's teardown as it exits),
                 # the run ended on a config error, which rank 0 has printed.
@@ -184,13 +180,23 @@ def _preempted_code(error) -> int:
     return exit_code_for(REQUEST.signal)
 
 
-def _killed(signum) -> SystemExit:
-    """The exit after a second signal killed the ranks: 130 for Ctrl-C, 1 otherwise."""
-    print(_killed_message(signum), file=sys.stderr, flush=True)
-    return SystemExit(EXIT_INTERRUPTED if signum == signal.SIGINT else 1)
+def _killed(signum, saved: bool) -> SystemExit:
+    """The exit after a second signal killed the ranks: 130 for Ctrl-C; otherwise 75 when they
+    had saved where they stopped, else 1."""
+    print(_killed_message(signum, saved), file=sys.stderr, flush=True)
+    if signum == signal.SIGINT:
+        return SystemExit(EXIT_INTERRUPTED)
+    return SystemExit(EXIT_PREEMPTED if saved else 1)
 
 
-def _killed_message(signum) -> str:
+def _killed_message(signum, saved: bool) -> str:
+    if saved:
+        # Every rank marks its save only once the checkpoint is whole (after their barrier).
+        return (
+            f"stopped by a second {signal_name(signum)} while the ranks were closing down, "
+            f"after they had saved the preemption checkpoint named above: they were killed "
+            f"after it.\n  --override resume=True continues from that checkpoint."
+        )
     return (
         f"stopped by a second {signal_name(signum)}: the ranks had not stopped after the "
         f"first, so they were killed, without a preemption checkpoint.\n"

@@ -14,7 +14,7 @@ from ml_collections import config_dict
 
 from gatle_ignite.dispatch import ConfigError, import_entrypoint, report_config_error
 from gatle_ignite.launch.ranks import EXIT_CONFIG_ERROR, EXIT_PEER_TIMEOUT, MARKS_DIR_VAR, RankMarks
-from gatle_ignite.trainer.preemption import EXIT_INTERRUPTED, Preempted
+from gatle_ignite.trainer.preemption import EXIT_INTERRUPTED
 from gatle_ignite.utils.warning_lines import show_framework_warnings_plainly
 
 __all__ = ["peer_timeout_reported", "run_task"]
@@ -53,9 +53,6 @@ def _run_and_mark(task, cfg: config_dict.ConfigDict, local_rank: int, job=None):
             result = task
         else:
             result = task.fit()
-    except Preempted:
-        RankMarks.leave("preempted", local_rank)
-        raise
     except KeyboardInterrupt:
         if os.environ.get(MARKS_DIR_VAR) is None:
             raise  # this process is the CLI's: it reports the interruption

@@ -8,6 +8,7 @@ import torch
 from torch import nn
 
 from gatle_ignite.dispatch import ConfigError, import_entrypoint
+from gatle_ignite.utils.batch import named_outputs
 
 __all__ = ["ENTRY_KEYS", "Loss", "check_entries"]
 
@@ -22,10 +23,9 @@ def _device_of(y_pred: Any) -> torch.device:
     """Where the model output lives, so gated-off zeros sit beside the active terms."""
     if isinstance(y_pred, torch.Tensor):
         return y_pred.device
-    if hasattr(y_pred, "values"):
-        for value in y_pred.values():
-            if isinstance(value, torch.Tensor):
-                return value.device
+    for value in (named_outputs(y_pred) or {}).values():
+        if isinstance(value, torch.Tensor):
+            return value.device
     return torch.device("cpu")
 
 

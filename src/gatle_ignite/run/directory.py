@@ -19,7 +19,7 @@ import torch
 
 from gatle_ignite.dispatch import ConfigError
 from gatle_ignite.run import identity, provenance
-from gatle_ignite.run.filesystem import confined, remove_quietly, save_dir_error
+from gatle_ignite.run.filesystem import confined, read_confined, remove_quietly, save_dir_error
 from gatle_ignite.run.layout import (
     CONFIG_FILE,
     LATEST_ITER_PREFIX,
@@ -36,11 +36,12 @@ from gatle_ignite.run.loading import (
     UnreadableCheckpoint,
     VanishedCheckpoint,
     load_checkpoint_file,
-    read_progress,
+    read_origin,
 )
 from gatle_ignite.run.lock import RunLock
 from gatle_ignite.run.manifest import Manifest
 from gatle_ignite.utils.dist import rank_zero_print
+from gatle_ignite.utils.train_command import under_train_command
 
 __all__ = [
     "Plan",
@@ -50,6 +51,8 @@ __all__ = [
     "first_loadable",
     "indexed_view",
     "latest_checkpoint",
+    "recorded_config",
+    "unindexed_files",
 ]
 
 
@@ -64,6 +67,8 @@ class Plan:
     error: Optional[str] = None
     # The resumed run's checkpoint index, so every rank continues the same rotation.
     checkpoints: list = field(default_factory=list)
+    # The id of the run this process trains, which its checkpoints record (RunIdentity).
+    run_id: Optional[str] = None
 
 
 def entry_for(path: Path, progress: Optional[tuple] = None) -> Entry:
@@ -76,34 +81,81 @@ def entry_for(path: Path, progress: Optional[tuple] = None) -> Entry:
     return entry
 
 
-def _adopted(path: Path, epoch_length: Optional[int]) -> Optional[Entry]:
-    """The entry of a file the index does not know (an older run, or an interrupted update);
-    None when it vanished since it was listed (rotated out by a run training there).
+def _placed(path: Path) -> Optional[Entry]:
+    """The entry of a checkpoint in a directory without an index (a 0.4 run, or a damaged
+    ``run.json``), where the files are all there is; None when it vanished since it was listed
+    (rotated out by a run training there).
 
-    A sharded directory is known by its name alone: indexing never unpickles its metadata, and
-    only the checkpoint a command picks is opened, through the safe reader.
+    A sharded directory is placed by its name alone: only the checkpoint a command picks has
+    its metadata read, through the safe reader.
     """
     if path.is_dir():
-        entry = entry_for(path)
-        if entry.kind == LATEST_PREFIX and epoch_length:
-            entry.iteration = entry.epoch * epoch_length  # written as its epoch ended
-        return entry
+        return entry_for(path)
     try:
-        return entry_for(path, read_progress(path))
+        return entry_for(path, read_origin(path).progress)
     except VanishedCheckpoint:
         return None
     except (UnreadableCheckpoint, ConfigError):
         return entry_for(path)
 
 
-def indexed_view(save_dir, manifest: Optional[Manifest]) -> list:
-    """The index as the files on disk have it: missing files dropped, unknown ones added."""
+def _run_wrote(path: Path, manifest: Manifest) -> Optional[Entry]:
+    """The entry of a checkpoint the run's index does not list, when it records the run's id:
+    the run wrote it and was killed before indexing it. Any other file (copied or planted
+    there) is the run's no more than its name says: it is named in a warning and left as it
+    is, never ranked, resumed from or adopted. None for those, and for a file that vanished
+    since it was listed; one that holds code is refused (``ConfigError``), as anywhere."""
+    try:
+        origin = read_origin(path)
+    except VanishedCheckpoint:
+        return None
+    except UnreadableCheckpoint as error:
+        why = f"it does not load ({error.reason})"
+    else:
+        if origin.run_id == manifest.run_id:
+            return entry_for(path, origin.progress)
+        why = f"it records {f'run {origin.run_id}' if origin.run_id else 'no run'}"
+    warnings.warn(
+        f"{path} is no checkpoint of run {manifest.run_id}: its {MANIFEST_FILE} does not index "
+        f"it and {why}. It is left as it is, never ranked, resumed from or adopted.",
+        stacklevel=4,
+    )
+    return None
+
+
+def unindexed_files(save_dir, manifest: Manifest) -> list:
+    """The names of the checkpoint files in ``save_dir`` that ``manifest`` does not index."""
+    indexed = {entry.file for entry in manifest.checkpoints}
+    return [path.name for path in checkpoint_files(save_dir) if path.name not in indexed]
+
+
+def indexed_view(save_dir, manifest: Optional[Manifest], wanted=None) -> list:
+    """The index as the files on disk have it: missing files dropped, unlisted ones added.
+
+    Without a manifest every checkpoint file is added; with one, only a file that records the
+    run's id (see ``_run_wrote``). ``wanted(entry)``, given, says by its name which unlisted
+    file is worth opening to place it; the others are left out unread.
+    """
     on_disk = {p.name: p for p in checkpoint_files(save_dir)}
     known = [e for e in (manifest.checkpoints if manifest else []) if e.file in on_disk]
     indexed = {e.file for e in known}
-    length = manifest.epoch_length if manifest else None
-    adopted = [_adopted(p, length) for name, p in on_disk.items() if name not in indexed]
+    unlisted = [
+        path
+        for name, path in on_disk.items()
+        if name not in indexed and (wanted is None or wanted(parse_checkpoint_name(name)))
+    ]
+    if manifest is None:
+        adopted = [_placed(path) for path in unlisted]
+    else:
+        adopted = [_run_wrote(path, manifest) for path in unlisted]
     return known + [e for e in adopted if e is not None]
+
+
+def _named_view(save_dir, manifest: Optional[Manifest]) -> list:
+    """Every checkpoint file in ``save_dir``, indexed or not, by its index entry or its name:
+    what a fresh start refuses to train over, or replaces."""
+    known = {e.file: e for e in (manifest.checkpoints if manifest else [])}
+    return [known.get(path.name) or entry_for(path) for path in checkpoint_files(save_dir)]
 
 
 def first_loadable(save_dir, entries, map_location="cpu"):
@@ -128,7 +180,7 @@ def latest_checkpoint(save_dir):
     """``(path, state)`` of the furthest-trained resumable checkpoint that loads, or None."""
 
     def listing() -> list:
-        entries = indexed_view(save_dir, _read_manifest(save_dir))
+        entries = indexed_view(save_dir, _read_manifest(save_dir), wanted=_resumable)
         return sorted((e for e in entries if e.resumable), key=Entry.progress_key, reverse=True)
 
     return _loaded(save_dir, listing, "latest")
@@ -153,13 +205,19 @@ def eval_checkpoint(save_dir, which: str, prefix: str = "valid_"):
         return path, _load_named(path)
     engine = prefix[:-1] if prefix.endswith("_") else prefix
 
+    def ours(entry: Entry) -> bool:
+        return entry.kind == "best" and entry.engine == engine
+
     def listing() -> list:
-        entries = indexed_view(save_dir, _read_manifest(save_dir))
-        bests = [e for e in entries if e.kind == "best" and e.engine == engine]
+        bests = [e for e in indexed_view(save_dir, _read_manifest(save_dir), ours) if ours(e)]
         bests.sort(key=lambda e: (e.score if e.score is not None else -math.inf, e.progress_key()))
         return list(reversed(bests))
 
     return _loaded(save_dir, listing, "best")
+
+
+def _resumable(entry: Entry) -> bool:
+    return entry.resumable
 
 
 def _is_run_directory(path: Path) -> bool:
@@ -284,14 +342,16 @@ class RunDirectory:
     def _decide(self) -> Plan:
         self.lock.acquire()
         found = _read_manifest(self.path)
-        entries = indexed_view(self.path, found)
         payload = self.payload
         if not self.cfg.resume:
-            if entries and self._keeps_nothing():
-                return self._scratch(found, entries)
+            entries = _named_view(self.path, found)
+            beside = self._beside_another_run() if entries else None
+            if beside is not None:
+                return self._scratch(found, entries, beside)
             if entries:
                 self._replace_or_refuse(found, entries)
             return self._start(payload)
+        entries = indexed_view(self.path, found)
         if not entries:
             warnings.warn(
                 f"resume=True but {self.path} has no {LATEST_PREFIX}* or {LATEST_ITER_PREFIX}* "
@@ -303,17 +363,27 @@ class RunDirectory:
         stale = found is not None and found.state == "running"
         return self._resume(self._adopt(found, entries, payload), payload, stale)
 
-    def _keeps_nothing(self) -> bool:
-        return not self.cfg.get("save_ckpt", True) and not self.cfg.get("replace_run", False)
+    def _beside_another_run(self) -> Optional[str]:
+        """Why a fresh run may train beside the run in save_dir, writing nothing there; None
+        when it must replace that run or be refused."""
+        if self.cfg.get("replace_run", False):
+            return None
+        if not self.cfg.get("save_ckpt", True):
+            return "this run has save_ckpt=False"
+        if not under_train_command():
+            # 0.4's scripts cannot pass --override: the teacher_student verify script trains
+            # in the save_dir of the run it checks.
+            return "this fresh run (resume=False) comes from a script's fit()"
+        return None
 
-    def _scratch(self, manifest: Optional[Manifest], entries: list) -> Plan:
-        """A run that saves nothing (save_ckpt=False) beside the run this save_dir holds, as a
-        0.4 script trains one to check a task: it may train, but it writes nothing here."""
+    def _scratch(self, manifest: Optional[Manifest], entries: list, why: str) -> Plan:
+        """A run beside the run this save_dir holds, as a 0.4 script trains one to check a task:
+        it may train, but it writes nothing here."""
         found = manifest.describe() if manifest else f"{len(entries)} checkpoint(s) of a run"
         warnings.warn(
-            f"save_dir {self.path} holds {found}; this run has save_ckpt=False, so it trains "
-            f"without writing anything there (no checkpoint, run.json, config.json, metrics.csv "
-            f"or TensorBoard file), and that run stays as it is.",
+            f"save_dir {self.path} holds {found}; {why}, so it trains without writing anything "
+            f"there (no checkpoint, run.json, config.json, metrics.csv or TensorBoard file), and "
+            f"that run stays as it is.",
             stacklevel=5,
         )
         return Plan("scratch")
@@ -344,7 +414,7 @@ class RunDirectory:
         self.manifest.max_epochs = self.cfg.max_epochs
         self.manifest.provenance = [provenance.gather("fresh")]
         self._begin()
-        return Plan("fresh")
+        return Plan("fresh", run_id=self.manifest.run_id)
 
     def _begin(self) -> None:
         """Claim the directory for training: what interrupted writes left removed, the files
@@ -361,7 +431,7 @@ class RunDirectory:
     def _adopt(self, found: Optional[Manifest], entries: list, payload: dict) -> Manifest:
         """The run's manifest, made from its files when it has none (a 0.4 run directory)."""
         if found is None:
-            recorded = _recorded_config(self.path)
+            recorded = recorded_config(self.path)
             if recorded is None:
                 warnings.warn(
                     f"{self.path} has no record of the config its run was started with, so "
@@ -401,6 +471,7 @@ class RunDirectory:
             checkpoint=str(self.path / entry.file),
             accepted=sorted(accepted),
             checkpoints=list(manifest.checkpoints),
+            run_id=manifest.run_id,
         )
 
     def _record_start(self, manifest: Manifest, started: dict) -> None:
@@ -655,11 +726,13 @@ def _schedule_length(state) -> Optional[int]:
     return length if isinstance(length, int) else None
 
 
-def _recorded_config(save_dir: Path) -> Optional[dict]:
+def recorded_config(save_dir: Path) -> Optional[dict]:
+    """The run's ``config.json`` (read as a run directory's files are); None when unreadable."""
     try:
-        return json.loads((save_dir / CONFIG_FILE).read_text(encoding="utf-8"))
+        recorded = json.loads(read_confined(save_dir / CONFIG_FILE))
     except (OSError, ValueError):
         return None
+    return recorded if isinstance(recorded, dict) else None
 
 
 def _patience_changed(old: dict, new: dict) -> bool:

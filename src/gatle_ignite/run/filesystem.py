@@ -1,15 +1,22 @@
-"""``save_dir`` on its file system: writes that never leave it, and its failures told plainly.
+"""``save_dir`` on its file system: writes and reads that never leave it, and its failures told
+plainly.
 
 A name in ``save_dir`` that is a symbolic link to somewhere outside it is never written
 through: the write is refused, naming the link. A file-system failure under ``save_dir`` (read
 only, a parent that is a file, a name too long, a full disk) becomes one ``ConfigError`` that
 says what is wrong and what to do, instead of a traceback from deep inside a write.
+
+A run directory is often someone else's (a colleague's copy, a shared disk), so what is read
+from it is read as :func:`read_confined` reads: a regular file only (never a FIFO, which would
+wait forever, nor a device such as ``/dev/zero``, which never ends), no larger than a bound,
+and never through a link that leads out of the directory.
 """
 
 import contextlib
 import errno
 import os
 import shutil
+import stat
 import uuid
 from pathlib import Path
 from typing import Optional
@@ -18,8 +25,13 @@ from gatle_ignite.dispatch import ConfigError
 from gatle_ignite.run.layout import staging_path
 
 __all__ = [
+    "RECORD_LIMIT",
+    "UnsafeFile",
     "confined",
+    "leads_out",
     "open_confined",
+    "open_regular",
+    "read_confined",
     "remove_quietly",
     "save_dir_error",
     "write_atomically",
@@ -44,6 +56,38 @@ _WHY = {
 _SPACE = (errno.ENOSPC, errno.EDQUOT)
 
 
+# The most a run's own records (run.json, config.json, sweep.json, run.lock) are read up to: far
+# above any real one (a run.json indexing 10,000 checkpoints is about 2 MB), and the bound on
+# what a planted one costs. A larger file is treated as a damaged one.
+RECORD_LIMIT = 16 << 20
+
+_KINDS = (
+    (stat.S_ISDIR, "a directory"),
+    (stat.S_ISFIFO, "a named pipe (FIFO)"),
+    (stat.S_ISCHR, "a device"),
+    (stat.S_ISBLK, "a device"),
+)
+
+
+class UnsafeFile(ValueError):
+    """A file that is not read: a link out of its directory, not a regular file, or too large.
+
+    Its message says which, without the path, which the caller names.
+    """
+
+
+def leads_out(path: Path) -> Optional[Path]:
+    """Where ``path`` leads when it is a symbolic link out of its directory; None otherwise."""
+    if not path.is_symlink():
+        return None
+    directory = path.parent.resolve()
+    # realpath, unlike resolve, answers for a loop of links too (which then fails to open).
+    target = Path(os.path.realpath(path))
+    if target == directory or directory in target.parents:
+        return None
+    return target
+
+
 def confined(path) -> Path:
     """``path``, once sure that writing it stays inside its directory.
 
@@ -51,11 +95,8 @@ def confined(path) -> Path:
     ``ConfigError`` naming both: writing through it would change a file this run does not own.
     """
     path = Path(path)
-    if not path.is_symlink():
-        return path
-    directory = path.parent.resolve()
-    target = path.resolve()
-    if target == directory or directory in target.parents:
+    target = leads_out(path)
+    if target is None:
         return path
     raise ConfigError(
         f"{path} is a symbolic link to {target}, outside {path.parent}: gatle-ignite never "
@@ -67,6 +108,45 @@ def confined(path) -> Path:
 def open_confined(path, mode: str, **options):
     """``open(path, mode)`` for writing, refused when ``path`` leads out of its directory."""
     return open(confined(path), mode, **options)
+
+
+def open_regular(path, limit: int = RECORD_LIMIT):
+    """``path`` opened for reading in binary, once sure it is a regular file of at most
+    ``limit`` bytes inside its directory; raises ``UnsafeFile`` when it is not, and
+    ``FileNotFoundError`` when there is none.
+
+    Opened without waiting (a FIFO would block until something writes to it) and checked on
+    the open file, so what is checked is what is read.
+    """
+    path = Path(path)
+    target = leads_out(path)
+    if target is not None:
+        raise UnsafeFile(f"it is a symbolic link to {target}, outside {path.parent}")
+    descriptor = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    try:
+        info = os.fstat(descriptor)
+        if not stat.S_ISREG(info.st_mode):
+            kind = next((kind for test, kind in _KINDS if test(info.st_mode)), "something else")
+            raise UnsafeFile(f"it is {kind}, not a regular file")
+        if info.st_size > limit:
+            raise UnsafeFile(_too_large(info.st_size, limit))
+        return os.fdopen(descriptor, "rb")
+    except BaseException:
+        os.close(descriptor)
+        raise
+
+
+def read_confined(path, limit: int = RECORD_LIMIT) -> bytes:
+    """The bytes of ``path``, read as :func:`open_regular` opens it, never more than ``limit``."""
+    with open_regular(path, limit) as handle:
+        data = handle.read(limit + 1)
+    if len(data) > limit:  # it grew since it was opened
+        raise UnsafeFile(_too_large(len(data), limit))
+    return data
+
+
+def _too_large(size: int, limit: int) -> str:
+    return f"it holds {size} bytes, more than the {limit >> 20} MiB read of such a file"
 
 
 def write_atomically(path, text: str, when_full: Optional[str] = None) -> None:

@@ -14,6 +14,7 @@ __all__ = [
     "BOOKKEEPING",
     "OPERATIONAL",
     "accepted",
+    "bookkeeping",
     "config_changes",
     "fingerprint",
     "flatten",
@@ -37,9 +38,12 @@ BOOKKEEPING = (
     "async_save",
     "logger_name",
     "verbosity",
+    "progress_seconds",
     "log_every",
     "watch_grad",
     "tags",
+    "export_params",
+    "export_params.*",
     "wandb_entity",
     "discord_*",
     "master_addr",
@@ -61,6 +65,8 @@ OPERATIONAL = (
     "every_*",
     "*early_stop_patience",
     "*early_stop_after",
+    # Words for the factor's sign, which the factor (a defining field) already records.
+    "*score_mode",
     "activation_checkpointing",
     "fsdp_params.wrap",
     "fsdp_params.reshard_after_forward",
@@ -92,6 +98,11 @@ def flatten(payload: Mapping, prefix: str = "") -> dict:
         else:
             flat[name] = value
     return flat
+
+
+def bookkeeping(name: str) -> bool:
+    """Whether ``name`` only names, stores, logs or places the run (BOOKKEEPING)."""
+    return any(fnmatch.fnmatchcase(name, pattern) for pattern in BOOKKEEPING)
 
 
 def operational(name: str) -> bool:

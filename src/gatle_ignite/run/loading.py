@@ -6,12 +6,13 @@ callers skip it with a warning and try the next; or it is complete and really ho
 objects, which is refused outright, because loading it anyway would run what it names.
 """
 
+import io
 import pickle
 import pickletools
 import re
 import zipfile
 from pathlib import Path
-from typing import Optional
+from typing import NamedTuple, Optional
 
 import torch
 from ignite.handlers import Checkpoint
@@ -20,12 +21,15 @@ from gatle_ignite.dispatch import ConfigError
 from gatle_ignite.utils.dist import rank_zero_print
 
 __all__ = [
+    "Origin",
+    "RUN_IDENTITY_KEY",
+    "RunIdentity",
     "RunMeta",
     "UnreadableCheckpoint",
     "VanishedCheckpoint",
     "load_checkpoint_file",
     "load_weights",
-    "read_progress",
+    "read_origin",
     "report_weight_match",
     "restore",
 ]
@@ -66,6 +70,25 @@ class RunMeta:
 
     def load_state_dict(self, state_dict) -> None:
         self.restored_max_epochs = state_dict.get("max_epochs")
+
+
+# The checkpoint key of RunIdentity.
+RUN_IDENTITY_KEY = "run_identity"
+
+
+class RunIdentity:
+    """Records in each checkpoint the id of the run that wrote it, by which a file its run did
+    not index is told to be the run's own (written, then cut off by a kill before it was
+    indexed) or not (copied or planted there). Written, never restored."""
+
+    def __init__(self, run_id: str):
+        self.run_id = run_id
+
+    def state_dict(self) -> dict:
+        return {"run_id": self.run_id}
+
+    def load_state_dict(self, state_dict) -> None:
+        """Nothing to restore: the id is only read back by ``read_origin``."""
 
 
 def _pickle_parses(stream, count: int) -> bool:
@@ -160,16 +183,26 @@ def _diagnosis(path: Path, error: Exception) -> str:
 
 def _open_sharded(path: Path):
     from gatle_ignite.run.sharded import ShardedCheckpoint
+    from gatle_ignite.run.sharded_metadata import (
+        METADATA_FILE,
+        DamagedMetadata,
+        UnsafeMetadata,
+        metadata_bytes,
+    )
 
+    metadata = path / METADATA_FILE
     try:
         return ShardedCheckpoint(path)
     except pickle.UnpicklingError as error:
-        metadata = path / ".metadata"
-        with open(metadata, "rb") as stream:
-            whole = _pickle_parses(stream, 1)
-        if "GLOBAL" in str(error) and whole:
+        if "GLOBAL" in str(error) and _pickle_parses(io.BytesIO(metadata_bytes(path)), 1):
             raise _refusal(metadata, error) from error
         raise UnreadableCheckpoint(path, "its metadata is damaged") from error
+    except UnsafeMetadata as error:
+        raise ConfigError(
+            f"refusing to load {metadata}: {error}; nothing was read from it."
+        ) from error
+    except DamagedMetadata as error:
+        raise UnreadableCheckpoint(path, f"its metadata is damaged: {error}") from error
     except FileNotFoundError as error:
         if not path.exists():
             raise VanishedCheckpoint(path) from error
@@ -186,13 +219,34 @@ def restore(objects: dict, state, strict: bool = True) -> None:
         Checkpoint.load_objects(to_load=objects, checkpoint=state, strict=strict)
 
 
-def read_progress(path) -> tuple:
-    """``(epoch, iteration)`` a checkpoint's trainer state records, read without its tensors."""
+class Origin(NamedTuple):
+    """What a checkpoint records of where it comes from."""
+
+    # The id of the run that wrote it (RunIdentity's); None for a file written before it was.
+    run_id: Optional[str]
+    # (epoch, iteration) of its trainer state; either is None when it does not say.
+    progress: tuple
+
+
+def read_origin(path) -> Origin:
+    """The run that wrote a checkpoint and how far its trainer had trained, read without its
+    tensors (of a sharded one, only those two small entries)."""
     state = load_checkpoint_file(path, mmap=True)
-    engine = state.get("trainer", {}) if hasattr(state, "get") else {}
+    engine = _mapping(state.get("trainer") if hasattr(state, "get") else None)
+    run_id = _mapping(state.get(RUN_IDENTITY_KEY) if hasattr(state, "get") else None).get("run_id")
+    return Origin(run_id if isinstance(run_id, str) else None, _progress(engine))
+
+
+def _mapping(value) -> dict:
+    return value if isinstance(value, dict) else {}
+
+
+def _progress(engine: dict) -> tuple:
     iteration = engine.get("iteration")
     length = engine.get("epoch_length")
-    if iteration is None or not length:
+    if not isinstance(iteration, int):
+        return None, None
+    if not isinstance(length, int) or length <= 0:
         return None, iteration
     # The epoch in progress, as the trainer's state.epoch reads while it trains.
     return -(-iteration // length), iteration

@@ -17,7 +17,7 @@ from typing import Optional
 
 from gatle_ignite.dispatch import ConfigError
 from gatle_ignite.redaction import shown_command
-from gatle_ignite.run.filesystem import confined
+from gatle_ignite.run.filesystem import RECORD_LIMIT, UnsafeFile, confined, open_regular
 from gatle_ignite.run.layout import LOCK_FILE
 
 try:
@@ -25,7 +25,7 @@ try:
 except ImportError:  # not a POSIX system: no lock, only the holder's note
     fcntl = None
 
-__all__ = ["RunLock", "held", "holder"]
+__all__ = ["RunLock", "alive", "held", "holder"]
 
 
 class _Held:
@@ -153,16 +153,16 @@ def holder(save_dir) -> Optional[dict]:
     """
     path = Path(save_dir) / LOCK_FILE
     try:
-        with open(path, encoding="utf-8") as handle:
+        with open_regular(path) as handle:
             note = _read_note(handle)
             held = _probe(handle) if note is not None else None
-    except OSError:
+    except (OSError, UnsafeFile):
         return None
     if note is None or held is False:
         return None
     if held is None:
         if note.get("host") == socket.gethostname():
-            return note if _alive(note.get("pid")) else None
+            return note if alive(note.get("pid")) else None
         note["unverified"] = True
     return note
 
@@ -185,15 +185,16 @@ def held(save_dir) -> bool:
     """Whether a process holds ``save_dir``'s lock now: asked of the kernel (a shared probe,
     released at once), not of the note; the note where the kernel cannot tell."""
     try:
-        handle = open(Path(save_dir) / LOCK_FILE, encoding="utf-8")
-    except OSError:
+        handle = open_regular(Path(save_dir) / LOCK_FILE)
+    except (OSError, UnsafeFile):
         return False
     with handle:
         probed = _probe(handle)
     return probed if probed is not None else holder(save_dir) is not None
 
 
-def _alive(pid) -> bool:
+def alive(pid) -> bool:
+    """Whether the process ``pid`` of this host exists."""
     try:
         os.kill(int(pid), 0)
     except PermissionError:
@@ -206,7 +207,7 @@ def _alive(pid) -> bool:
 def _read_note(handle) -> Optional[dict]:
     handle.seek(0)
     try:
-        note = json.loads(handle.read() or "null")
+        note = json.loads(handle.read(RECORD_LIMIT) or "null")
     except ValueError:
         return None
     return note if isinstance(note, dict) else None

@@ -9,17 +9,17 @@ the whole file atomically, so a reader sees the old manifest or the new one, nev
 import json
 import socket
 import uuid
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Optional
 
 from gatle_ignite.redaction import redact
-from gatle_ignite.run.filesystem import write_atomically
+from gatle_ignite.run.filesystem import UnsafeFile, read_confined, write_atomically
 from gatle_ignite.run.layout import MANIFEST_FILE, Entry, parse_checkpoint_name
 from gatle_ignite.run.sweep_trial import trial_record
 
-__all__ = ["STATES", "Entry", "Manifest", "write_atomically"]
+__all__ = ["STATES", "Entry", "Manifest", "checked_entry", "write_atomically"]
 
 FORMAT = 1
 # Every state a run can be left in. "preempted" saved where it stopped; "interrupted" stopped
@@ -85,16 +85,22 @@ class Manifest:
     @classmethod
     def read(cls, save_dir) -> Optional["Manifest"]:
         """The manifest in ``save_dir``; None when there is none. Raises ValueError when
-        ``run.json`` is there but is not a manifest this version can read: not a file, not
-        JSON, another format, or a field of the wrong type."""
+        ``run.json`` is there but is not a manifest this version can read: not a regular file
+        (a FIFO, a device, a link out of ``save_dir``), larger than ``RECORD_LIMIT``, not JSON,
+        another format, or a field of the wrong type."""
         path = Path(save_dir) / MANIFEST_FILE
         try:
-            text = path.read_text(encoding="utf-8")
+            text = read_confined(path).decode("utf-8")
         except FileNotFoundError:
             return None
+        except UnsafeFile as error:
+            raise ValueError(f"{path} cannot be read: {error}") from error
         except OSError as error:
             raise ValueError(f"{path} cannot be read: {error.strerror}") from error
-        data = json.loads(text)
+        try:
+            data = json.loads(text)
+        except RecursionError:
+            raise ValueError(f"{path} nests deeper than any manifest") from None
         if not isinstance(data, dict) or data.get("format") != FORMAT:
             raise ValueError(f"{path} is not a run manifest of format {FORMAT}")
         _check_fields(data, _MANIFEST_TYPES, str(path), required=_REQUIRED)
@@ -106,9 +112,7 @@ class Manifest:
         if not all(isinstance(start, dict) for start in data.get("provenance", [])):
             raise ValueError(f"{path}: a provenance record is not an object")
         entries = data.pop("checkpoints", [])
-        for entry in entries:
-            _check_entry(entry, path)
-        return cls(**data, checkpoints=[Entry(**entry) for entry in entries])
+        return cls(**data, checkpoints=[checked_entry(entry, path) for entry in entries])
 
     def write(self, save_dir, last_word: bool = False) -> None:
         """Replace ``run.json``; ``last_word``: the end of a failing run, written in place when
@@ -117,11 +121,21 @@ class Manifest:
         if self.provenance:
             # How long this process has had the run: to its end, or a kill's last checkpoint.
             self.provenance[-1]["until"] = self.updated
-        # stop_reason quotes an exception, which may quote a URL with its credentials.
-        data = redact(asdict(self))
+        data = self._redacted()
         text = json.dumps(data, indent=2) + "\n"
         compact = json.dumps(data, separators=(",", ":")) + "\n" if last_word else None
         write_atomically(Path(save_dir) / MANIFEST_FILE, text, when_full=compact)
+
+    def _redacted(self) -> dict:
+        """Every field, redacted: stop_reason quotes an exception, which may quote a URL with
+        its credentials. The config, the largest part, is redacted once per config: a run
+        rewrites the file at every checkpoint, and its config does not change."""
+        cached = self.__dict__.get("_config_redacted")
+        if cached is None or cached[0] is not self.config:
+            cached = self._config_redacted = (self.config, redact(self.config))
+        data = redact(asdict(replace(self, config={})))
+        data["config"] = cached[1]
+        return data
 
     # ---- the checkpoint index ----
 
@@ -219,7 +233,9 @@ def _fits(value, types: tuple) -> bool:
     return isinstance(value, types)
 
 
-def _check_entry(entry, path: Path) -> None:
+def checked_entry(entry, path: Path) -> Entry:
+    """The index entry ``entry`` (from ``path``'s JSON) describes; ValueError when it is not
+    one: a field missing or of the wrong type, or a file name not of its kind."""
     where = f"{path} (checkpoint entry)"
     if not isinstance(entry, dict):
         raise ValueError(f"{where}: {entry!r} is not an object")
@@ -227,3 +243,4 @@ def _check_entry(entry, path: Path) -> None:
     named = parse_checkpoint_name(entry["file"])
     if named is None or named.kind != entry["kind"]:
         raise ValueError(f"{where}: {entry['file']!r} is not the name of a {entry['kind']} file")
+    return Entry(**entry)

@@ -22,7 +22,6 @@ from ignite.handlers import DiskSaver
 from gatle_ignite.run.filesystem import confined, save_dir_error, writing_into
 from gatle_ignite.run.host_memory import host_copy
 from gatle_ignite.run.layout import staging_path
-from gatle_ignite.run.sharded import finish_sharded, save_sharded
 from gatle_ignite.run.unchanged_state import LastWrite, snapshot
 
 __all__ = ["BackgroundWrites", "RunSaver", "host_copy", "save_atomically"]
@@ -156,6 +155,9 @@ class RunSaver(DiskSaver):
         return finish
 
     def _save_sharded(self, checkpoint, path: Path) -> Callable:
+        # On first use: torch.distributed.checkpoint is a fifth of a second to import.
+        from gatle_ignite.run.sharded import finish_sharded, save_sharded
+
         future = save_sharded(checkpoint, path, self._process_group, writes=self._writes)
 
         def finish() -> None:

@@ -7,27 +7,27 @@ reshards the tensors to whatever layout the loading side has (another world size
 process).
 
 DCP reads its ``.metadata`` with ``pickle`` and its non-tensor values with
-``torch.load(weights_only=False)``; here the first is read by an unpickler that admits only the
-exact globals DCP's metadata holds, and the second with ``weights_only=True``, so a ``.dcp``
-directory can no more run code on load than a ``.pt`` file can.
+``torch.load(weights_only=False)``; here the first is read by ``run.sharded_metadata``, whose
+unpickler admits only the exact globals DCP's metadata holds and which holds what it read
+against the files present, and the second with ``weights_only=True``. So a ``.dcp`` directory
+can no more run code on load than a ``.pt`` file can, nor have a load read outside it or
+allocate more than its files hold.
 """
 
 import os
-import pickle
 import shutil
 import warnings
-from pathlib import Path, PurePosixPath, PureWindowsPath
+from pathlib import Path
 
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
-from torch.distributed.checkpoint import FileSystemReader, filesystem
-from torch.distributed.checkpoint import metadata as dcp_metadata
+from torch.distributed.checkpoint import FileSystemReader
 from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
-from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 
 from gatle_ignite.run.host_memory import host_copy
 from gatle_ignite.run.layout import staging_path
+from gatle_ignite.run.sharded_metadata import entry_path, read_metadata, set_path, skeleton
 
 __all__ = ["ShardedCheckpoint", "finish_sharded", "save_sharded", "staging_for"]
 
@@ -39,58 +39,10 @@ warnings.filterwarnings(
 )
 
 
-def _by_name(*objects) -> dict:
-    return {(obj.__module__, obj.__qualname__): obj for obj in objects}
-
-
-# Every global a DCP .metadata file names, as (module, name) exactly: what torch 2.13's DCP writes
-# for models, optimizers, non-tensor values and FSDP2 shards, flattened or not (listed from real
-# checkpoints with pickletools). Each maps to its object here, so no name is ever looked up, and
-# a dotted one (protocol 4's "os.system" within a DCP module) resolves to nothing. Anything else
-# is refused, as a .pt holding pickled objects is.
-_METADATA_GLOBALS = {
-    **_by_name(
-        dcp_metadata.Metadata,
-        dcp_metadata.MetadataIndex,
-        dcp_metadata.StorageMeta,
-        dcp_metadata.BytesStorageMetadata,
-        dcp_metadata.TensorStorageMetadata,
-        dcp_metadata.ChunkStorageMetadata,
-        dcp_metadata.TensorProperties,
-        dcp_metadata._MEM_FORMAT_ENCODING,
-        filesystem._StorageInfo,
-    ),
-    ("torch", "Size"): torch.Size,
-    ("torch.serialization", "_get_layout"): torch.serialization._get_layout,
-    **{
-        ("torch", name): value
-        for name, value in vars(torch).items()
-        if isinstance(value, torch.dtype)
-    },
-    # The checkpoint_id the save was given (pathlib's module is "pathlib._local" from Python
-    # 3.13 on), kept as its text only: a pure path of either flavour is built on any system.
-    **{
-        (module, f"{flavour}Path"): path
-        for module in ("pathlib", "pathlib._local")
-        for flavour, path in (("Posix", PurePosixPath), ("Windows", PureWindowsPath))
-    },
-}
-
-
-class _MetadataUnpickler(pickle.Unpickler):
-    def find_class(self, module, name):
-        try:
-            return _METADATA_GLOBALS[(module, name)]
-        except (KeyError, TypeError):
-            raise pickle.UnpicklingError(f"Unsupported global: GLOBAL {module}.{name}") from None
-
-
 class _SafeReader(FileSystemReader):
     def read_metadata(self, *args, **kwargs):
-        path = Path(self.path) / ".metadata"
-        with open(path, "rb") as handle:
-            metadata = _MetadataUnpickler(handle).load()
-        if hasattr(metadata, "storage_meta") and metadata.storage_meta is not None:
+        metadata = read_metadata(Path(self.path))
+        if metadata.storage_meta is not None:
             metadata.storage_meta.load_id = self.load_id
         return metadata
 
@@ -102,39 +54,9 @@ class _SafePlanner(DefaultLoadPlanner):
         loaded = torch.load(value, weights_only=True)
         fqn = read_item.dest_index.fqn
         if self.flatten_state_dict:
-            _set_path(self.original_state_dict, self.mappings[fqn], loaded)
+            set_path(self.original_state_dict, self.mappings[fqn], loaded)
         else:
             self.state_dict[fqn] = loaded
-
-
-def _set_path(root, path, value) -> None:
-    node = root
-    for key, following in zip(path[:-1], path[1:]):
-        if isinstance(node, list):
-            while len(node) <= key:
-                node.append(None)
-        if node[key] if isinstance(node, list) else key in node:
-            node = node[key]
-            continue
-        node[key] = [] if isinstance(following, int) else {}
-        node = node[key]
-    if isinstance(node, list):
-        while len(node) <= path[-1]:
-            node.append(None)
-    node[path[-1]] = value
-
-
-def _skeleton(metadata) -> dict:
-    """A state dict shaped like the checkpoint: empty full tensors, None for other values."""
-    root = {}
-    for fqn, item in metadata.state_dict_metadata.items():
-        path = metadata.planner_data.get(fqn, (fqn,)) if metadata.planner_data else (fqn,)
-        if isinstance(item, TensorStorageMetadata):
-            value = torch.empty(item.size, dtype=item.properties.dtype)
-        else:
-            value = None
-        _set_path(root, path, value)
-    return root
 
 
 def _merged(saved, live):
@@ -221,17 +143,7 @@ class ShardedCheckpoint:
     def __init__(self, path):
         self.path = Path(path)
         self.metadata = _SafeReader(self.path).read_metadata()
-        self._top = {
-            (self.metadata.planner_data or {}).get(fqn, (fqn,))[0]
-            for fqn in self.metadata.state_dict_metadata
-        }
-        missing = self._missing_shards()
-        if missing:
-            raise FileNotFoundError(f"shard file(s) {missing} are missing")
-
-    def _missing_shards(self) -> list:
-        names = {info.relative_path for info in (self.metadata.storage_data or {}).values()}
-        return sorted(name for name in names if not (self.path / name).is_file())
+        self._top = {entry_path(self.metadata, fqn)[0] for fqn in self.metadata.state_dict_metadata}
 
     def __contains__(self, key) -> bool:
         return key in self._top
@@ -253,19 +165,19 @@ class ShardedCheckpoint:
         state captured or not yet) loads as saved; a tensor the live object holds at the same
         place (a shard of a parameter) is loaded in place instead, resharded.
         """
-        skeleton = _skeleton(self.metadata)
-        template = {key: _merged(skeleton[key], obj.state_dict()) for key, obj in objects.items()}
+        saved = skeleton(self.metadata)
+        template = {key: _merged(saved[key], obj.state_dict()) for key, obj in objects.items()}
         self._load(template)
         for key, obj in objects.items():
             obj.load_state_dict(template[key])
 
     def full(self, only=None) -> dict:
         """Every entry (or the top-level ``only``) as full tensors, in this process alone."""
-        skeleton = _skeleton(self.metadata)
+        entries = skeleton(self.metadata)
         if only is not None:
-            skeleton = {only: skeleton[only]}
-        self._load(skeleton, no_dist=True)
-        return skeleton
+            entries = {only: entries[only]}
+        self._load(entries, no_dist=True)
+        return entries
 
     def _load(self, template: dict, no_dist: bool = False) -> None:
         dcp.load(

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Optional
 
 from gatle_ignite.dispatch import ConfigError
-from gatle_ignite.run.manifest import write_atomically
+from gatle_ignite.run.filesystem import read_confined, write_atomically
 
 __all__ = ["RECORD_FILE", "SweepRecord"]
 
@@ -54,10 +54,10 @@ class SweepRecord:
     def read(cls, sweep_dir) -> Optional["SweepRecord"]:
         path = Path(sweep_dir) / RECORD_FILE
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
+            data = json.loads(read_confined(path))
         except FileNotFoundError:
             return None
-        except ValueError as error:
+        except (OSError, ValueError, RecursionError) as error:
             raise ConfigError(f"{path} cannot be read: {error}") from None
         if not isinstance(data, dict) or data.get("format") != FORMAT:
             raise ConfigError(f"{path} is not a sweep record of format {FORMAT}")

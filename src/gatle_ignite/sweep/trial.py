@@ -10,14 +10,19 @@ import csv
 import math
 import shlex
 import sys
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
 from gatle_ignite.callbacks.backends.csv import FILE_NAME as HISTORY_FILE
+from gatle_ignite.dispatch import ConfigError
 from gatle_ignite.redaction import redact_argv
+from gatle_ignite.run.layout import MANIFEST_FILE
+from gatle_ignite.run.lock import RunLock
 from gatle_ignite.run.manifest import Manifest
-from gatle_ignite.trainer.preemption import EXIT_PREEMPTED
+from gatle_ignite.trainer.lifecycle import EXIT_DIVERGED
+from gatle_ignite.trainer.preemption import EXIT_PREEMPTED, signal_name
 
 __all__ = [
     "TRIAL_PREFIX",
@@ -25,6 +30,7 @@ __all__ = [
     "logged_scores",
     "outcome_of",
     "param_override",
+    "record_failure",
     "shown_command",
     "train_argv",
     "trial_dir",
@@ -101,7 +107,8 @@ def _shell_word(word: str) -> str:
 
 @dataclass(frozen=True)
 class Outcome:
-    """How a trial's process ended: ``complete``, ``pruned``, ``failed`` or ``preempted``."""
+    """How a trial's process ended: ``complete``, ``pruned``, ``diverged``, ``failed`` or
+    ``preempted``."""
 
     state: str
     reason: str = ""
@@ -115,9 +122,39 @@ def outcome_of(exit_code: int, save_dir, output_tail: list) -> Outcome:
     state = manifest.state if manifest is not None else None
     if exit_code == 0 and state in _FINISHED:
         return Outcome(_FINISHED[state], manifest.stop_reason)
-    if state in ("failed", "diverged") and manifest.stop_reason:
+    if exit_code == EXIT_DIVERGED and state == "diverged":
+        return Outcome("diverged", manifest.stop_reason)
+    if state == "failed" and manifest.stop_reason:
         return Outcome("failed", f"{state}: {manifest.stop_reason}")
     return Outcome("failed", _reason_from_output(exit_code, output_tail))
+
+
+def record_failure(save_dir, reason: str) -> None:
+    """Record a trial the sweep fails as failed in its ``run.json``, when its process ended
+    without saying how (a SIGKILL, the OOM killer): ``status`` then agrees with the study, which
+    never resumes a failed trial."""
+    found = _manifest(save_dir)
+    if found is None or found.state != "running":
+        return
+    lock = RunLock(save_dir)
+    try:
+        lock.acquire()
+    except ConfigError:
+        return  # a process still trains it (a rank outliving its killed launcher): it is live
+    try:
+        manifest = _manifest(save_dir)
+        if manifest is not None and manifest.state == "running":
+            manifest.state = "failed"
+            manifest.stop_reason = f"{reason}; its sweep recorded the trial failed"
+            manifest.write(save_dir, last_word=True)
+    except OSError as error:
+        warnings.warn(
+            f"{Path(save_dir) / MANIFEST_FILE} could not record that the sweep failed this trial "
+            f"({error}); `gatle-ignite status` calls it interrupted.",
+            stacklevel=2,
+        )
+    finally:
+        lock.release()
 
 
 def _manifest(save_dir) -> Optional[Manifest]:
@@ -133,7 +170,7 @@ def _reason_from_output(exit_code: int, lines: list) -> str:
         if lines[index].startswith("config error:"):
             return " ".join(lines[index : index + 3])
     if exit_code < 0:
-        return f"killed by signal {-exit_code}"
+        return f"killed by {signal_name(-exit_code)}"
     last = lines[-1] if lines else "no output"
     return f"exit code {exit_code}: {last}"
 

@@ -31,6 +31,7 @@ from gatle_ignite.sweep.trial import (
     Outcome,
     logged_scores,
     outcome_of,
+    record_failure,
     train_argv,
     trial_dir,
     trial_name,
@@ -138,7 +139,8 @@ class SweepRun:
     # ---- outcomes ----
 
     def count(self, outcome: Outcome, number: int) -> None:
-        """Count failures in a row; past the sweep's limit the sweep stops."""
+        """Count failures in a row; past the sweep's limit the sweep stops. A diverged trial
+        is no failure of the sweep: its values made the loss blow up, and the next may not."""
         with self._lock:
             if outcome.state != "failed":
                 self.failures_in_row = 0
@@ -266,6 +268,10 @@ class Worker:
                 if not run.stop.is_set():
                     run.request_stop(f"trial {job.number} was preempted")
                 return
+            if outcome.state == "failed":
+                # Before the study hears it: a worker dying in between leaves the trial running
+                # there, and the next sweep resumes it.
+                record_failure(save_dir, outcome.reason)
             try:
                 self._tell(job, outcome, save_dir)
             except StorageUnreachable:
@@ -355,7 +361,9 @@ class Worker:
             elif outcome.state == "pruned":
                 run.study.tell(job.number, state=states.PRUNED)
             else:
-                storage.set_trial_user_attr(job.trial_id, "fail_reason", outcome.reason)
+                # Diverged too: Optuna fails a trial whose objective is NaN, and its samplers
+                # leave failed trials out.
+                storage.set_trial_user_attr(job.trial_id, "fail_reason", _fail_reason(outcome))
                 run.study.tell(job.number, state=states.FAIL)
         run.say(self._told_line(job.number, outcome, storage.get_trial(job.trial_id)))
         run.count(outcome, job.number)
@@ -379,6 +387,11 @@ class Worker:
         metric = self.run.record.metric
         if outcome.state == "failed":
             return f"trial {number} failed: {outcome.reason}"
+        if outcome.state == "diverged":
+            return (
+                f"trial {number} diverged ({outcome.reason}): a failed trial in the study, "
+                f"and the sweep goes on"
+            )
         value = f"{metric} {frozen.value:.5g}" if frozen.value is not None else "no score"
         if outcome.state == "pruned":
             return f"trial {number} pruned ({outcome.reason}): {value}"
@@ -390,6 +403,10 @@ class Worker:
         except ValueError:
             return ""
         return f" (best so far: trial {best.number}, {best.value:.5g})"
+
+
+def _fail_reason(outcome: Outcome) -> str:
+    return f"diverged: {outcome.reason}" if outcome.state == "diverged" else outcome.reason
 
 
 def _stopped_by_us(run: SweepRun, code: int) -> bool:

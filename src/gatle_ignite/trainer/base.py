@@ -36,6 +36,7 @@ from gatle_ignite.trainer.checks import (
     check_scores,
     explain_forward_error,
     explain_output_error,
+    note_library_error,
 )
 from gatle_ignite.trainer.handlers import (
     LossAverage,
@@ -44,9 +45,10 @@ from gatle_ignite.trainer.handlers import (
     check_every,
     clear_state,
     empty_cuda_cache,
-    save_and_log_cadences,
+    forced_check_cadences,
 )
 from gatle_ignite.trainer.lifecycle import recorded_run, settle_writes
+from gatle_ignite.trainer.model_graph import attach_model_graph
 from gatle_ignite.trainer.preemption import REQUEST as PREEMPTION
 from gatle_ignite.trainer.preemption import preemption_signals, shield_workers, stop_at_once
 from gatle_ignite.trainer.progress import attach_progress_output, epoch_length_of
@@ -211,8 +213,15 @@ class BaseTrainer:
     # ---- Steps: overridable, the defaults suit most supervised tasks ----
 
     def loss_fn(self, y_pred, target, **kwargs):
-        """``(total loss, {"loss_<key>": tensor})`` from the criterion."""
-        return self.criterion(y_pred, target, **kwargs)
+        """``(total loss, {"loss_<key>": tensor})`` from the criterion.
+
+        A criterion that is one loss term (a built-in named as ``criterion_name``) returns a
+        bare tensor: the total, with no component of its own.
+        """
+        result = self.criterion(y_pred, target, **kwargs)
+        if isinstance(result, torch.Tensor):
+            return result, {}
+        return result
 
     def backward(self, loss, step=True):
         """Backward for one micro-batch; the optimizer step only when ``step`` ends a window.
@@ -299,14 +308,16 @@ class BaseTrainer:
         return {"y_pred": y_pred, "target": x}
 
     def _forward_explained(self, model_input):
-        """``forward``; a model refusing the ``model_input`` keys says so in one error."""
+        """``forward``; a model refusing the ``model_input`` keys says so in one error, and an
+        error raised inside the library the model comes from names the config that built it."""
         try:
             return self.forward(model_input)
-        except TypeError as error:
-            problem = explain_forward_error(self.model, model_input)
-            if problem is None:
-                raise
-            raise problem from error
+        except Exception as error:
+            problem = explain_forward_error(self.model, model_input, error, self.prep_batch)
+            if problem is not None:
+                raise problem from error
+            note_library_error(error, self.cfg, self.model, model_input)
+            raise
 
     def _loss_explained(self, y_pred, target, iteration):
         """``loss_fn``; one failing to read a model output that is no dict says so in one error."""
@@ -324,7 +335,7 @@ class BaseTrainer:
         """Build everything. Idempotent, so fit() and evaluate() can both call it.
 
         It opens no run: a script may build the trainer of a finished run to inspect it, and
-        fit() decides (and refuses) what happens to the run in save_dir.
+        fit() decides what happens to the run in save_dir.
         """
         if self._built:
             return self
@@ -351,8 +362,6 @@ class BaseTrainer:
         self.build_engines()
         self.build_scheduler()
         self.attach_metrics()
-        if "run" not in cfg:
-            check_scores(cfg, self.eval_specs(), self._metric_names)
         # Before attach_checkpoints, which saves their counters. Inference mode never trains.
         if "run" not in cfg:
             self._early_stoppers = build_early_stoppers(
@@ -414,18 +423,22 @@ class BaseTrainer:
             attach_checkpoints(self)
             self._checkpoints_for = self.run_dir
 
-    def _tell_logger(self, method, *args):
-        """Call a logger method 0.4's logger protocol lacks, if the logger has it: a task's own
-        logger object needs only start, the four on_* methods and finish."""
+    def _tell_logger(self, method, *args, **kwargs):
+        """Call a method of the logger, if it has one: a task's own logger object (or a test's
+        spy) may have only some of 0.4's protocol, and none of the newer methods."""
         call = getattr(self.logger, method, None)
         if call is not None:
-            call(*args)
+            call(*args, **kwargs)
 
     def _prepare_fit(self):
         """Build, load, and attach every handler of a training run; returns the data to run."""
         self.setup()
+        # Here, not in setup(): a 0.4 script builds a task to inspect it, never evaluating it.
+        check_scores(self.cfg, self.eval_specs(), self._metric_names)
         self._join_run()
-        self.run_dir.note_lr_groups(param_group_names(self.optimizer))
+        groups = param_group_names(self.optimizer)
+        self.run_dir.note_lr_groups(groups)
+        self._tell_logger("name_lr_groups", groups)
         load_checkpoints(self)
         if self.cfg.resume:
             # What was logged after the checkpoint is trained again: no history holds it twice.
@@ -433,6 +446,7 @@ class BaseTrainer:
         self._telemetry = Telemetry(self)
         # First at an epoch's end, so its training time stops before anything else runs.
         self._telemetry.attach_clocks(self.engines)
+        attach_model_graph(self, self._telemetry.overhead)
         self.attach_runner()
         self._sweep_trial = attach_trial(self)
         trainer = self.engines["trainer"]
@@ -481,8 +495,7 @@ class BaseTrainer:
 
     def teardown(self, failed=False):
         """Close every logging backend, marking the run failed when it was."""
-        if self.logger is not None:
-            self.logger.finish(failed=failed)
+        self._tell_logger("finish", failed=failed)
 
     def build_dataloaders(self):
         """One dataloader per declared engine, from each spec's ``<split>_ds_name``.
@@ -659,24 +672,22 @@ class BaseTrainer:
         # at an epoch's end, before anything evaluates, saves or logs that epoch.
         self._nan_check = NonFiniteCheck(
             every=check_every(self.cfg, self.device),
-            also_at=save_and_log_cadences(self.cfg, epoch_length_of(self.cfg, self.dls["train"])),
+            also_at=forced_check_cadences(self.cfg, epoch_length_of(self.cfg, self.dls["train"])),
             world_size=idist.get_world_size(),
             preemption=PREEMPTION,
             on_stop=self._mark_diverged,
         )
         self._nan_check.attach(trainer)
-        if self.logger is not None:
-            self._tell_logger("follow_losses", self._nan_check)
-            self.logger.on_train_epoch_end(trainer, self.optimizer)
-            self.logger.on_train_iteration(trainer, self.model)
+        self._tell_logger("follow_losses", self._nan_check)
+        self._tell_logger("on_train_epoch_end", trainer, self.optimizer)
+        self._tell_logger("on_train_iteration", trainer, self.model)
         for spec in self.eval_specs():
             self._attach_eval_runner(trainer, spec)
         for stopper in self._early_stoppers.values():
             self._post_eval.setdefault(stopper.spec.key, []).append(stopper)
-        if self.logger is not None:
-            # After the evaluations: one record per epoch, every engine's metrics together.
-            self._tell_logger("on_epoch_logged", trainer)
-            self.logger.on_completion(trainer)
+        # After the evaluations: one record per epoch, every engine's metrics together.
+        self._tell_logger("on_epoch_logged", trainer)
+        self._tell_logger("on_completion", trainer)
 
     def _mark_diverged(self):
         self._diverged = True
@@ -695,8 +706,7 @@ class BaseTrainer:
             self.run_eval_engine(spec)
 
         # Beside the handler that runs the engine, so no engine runs without being logged.
-        if self.logger is not None:
-            self.logger.on_valid_epoch_end(trainer, engine)
+        self._tell_logger("on_valid_epoch_end", trainer, engine)
 
     def attach_progress(self):
         """Progress reporting, memory cleanup, and the DDP sampler's epoch."""

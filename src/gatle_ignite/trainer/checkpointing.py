@@ -21,7 +21,13 @@ from gatle_ignite.dispatch import ConfigError
 from gatle_ignite.run.directory import eval_checkpoint, latest_checkpoint
 from gatle_ignite.run.exact_resume import ResumableLoader, ResumeState
 from gatle_ignite.run.layout import LATEST_ITER_PREFIX, LATEST_PREFIX, best_prefix_for
-from gatle_ignite.run.loading import RunMeta, load_weights, restore
+from gatle_ignite.run.loading import (
+    RUN_IDENTITY_KEY,
+    RunIdentity,
+    RunMeta,
+    load_weights,
+    restore,
+)
 from gatle_ignite.run.model_fit import misfit_message, recorded_changes, tensor_differences
 from gatle_ignite.run.saving import BackgroundWrites, RunSaver
 from gatle_ignite.run.unchanged_state import LastWrite
@@ -90,7 +96,7 @@ def _to_save(trainer) -> dict:
     if getattr(trainer, "_resumable", None) is not None:
         to_save["resume_state"] = ResumeState(trainer._resumable)
     for key, obj in trainer.extra_to_save().items():
-        if key in to_save or key == EPOCH_METRICS_KEY:
+        if key in to_save or key in (EPOCH_METRICS_KEY, RUN_IDENTITY_KEY):
             raise ConfigError(
                 f"extra_to_save() key '{key}' collides with the framework's own '{key}'.\n"
                 f"  Rename it in extra_to_save()."
@@ -125,10 +131,13 @@ class _Handlers:
 
     def __init__(self, trainer, to_save):
         self.trainer = trainer
-        self.to_save = to_save
+        self.run_dir = getattr(trainer, "run_dir", None)
+        plan = self.run_dir.plan if self.run_dir is not None else None
+        # Written beside what _to_save holds, never restored: which run wrote the file.
+        identity = {RUN_IDENTITY_KEY: RunIdentity(plan.run_id)} if plan and plan.run_id else {}
+        self.to_save = {**to_save, **identity}
         # Shared by every saver, so a latest file can link to the best file just written.
         self.last_write = LastWrite()
-        self.run_dir = getattr(trainer, "run_dir", None)
         self.sharded = strategy_of(trainer.cfg) == "fsdp"
         # Background writes: one queue for the run, and for sharded ones a process group of
         # their own, so DCP's collectives never meet the training's.
@@ -189,9 +198,11 @@ def attach_checkpoints(trainer) -> None:
     cfg = trainer.cfg
     if "run" in cfg:
         return
-    if cfg.save_ckpt:
+    # A run beside another run in save_dir (RunDirectory._scratch) saves nothing either.
+    saves = cfg.save_ckpt and trainer._keeps_files()
+    if saves:
         trainer._resumable = ResumableLoader(lambda: trainer.dls["train"])
-    handlers = _Handlers(trainer, _to_save(trainer)) if cfg.save_ckpt else None
+    handlers = _Handlers(trainer, _to_save(trainer)) if saves else None
     for spec in trainer.eval_specs():
         if spec.score_field is None:
             continue
@@ -272,9 +283,9 @@ def _attach_best(trainer, spec, score_name, score_factor, handlers) -> None:
             score_function=score_function(score_name, score_factor),
             score_name=None,
             global_step_transform=global_step_from_engine(trainer_engine),
-            # A tie keeps the earlier file: only a strictly better score is an improvement,
-            # as early stopping counts it.
-            greater_or_equal=False,
+            # 0.4's rule, which projects rely on: a tie moves the file to the newest epoch.
+            # Early stopping still counts a tie as no improvement.
+            greater_or_equal=True,
         )
 
     def check_then_save(engine):

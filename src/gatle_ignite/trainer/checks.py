@@ -13,6 +13,7 @@ from typing import Optional
 import torch
 
 from gatle_ignite.dispatch import ConfigError, ParamsError
+from gatle_ignite.utils.batch import named_outputs
 
 __all__ = [
     "check_not_empty",
@@ -20,6 +21,7 @@ __all__ = [
     "check_scores",
     "explain_forward_error",
     "explain_output_error",
+    "note_library_error",
     "score_refusal",
 ]
 
@@ -50,36 +52,114 @@ def check_prepared(prepared, split: str) -> None:
     )
 
 
-def explain_forward_error(model, model_input: Mapping):
-    """The error to raise when the model refuses the ``model_input`` keys, else None.
+def _forward_of(model):
+    """The forward the model's own code defines: under a DDP wrap (``module``) and a compiled
+    module (``_orig_mod``), whose own forwards take anything."""
+    for attribute in ("module", "_orig_mod", "module"):
+        model = getattr(model, attribute, model)
+    return getattr(model, "forward", None), model
 
-    Called after forward raised a TypeError: only a mismatch of keys and arguments is
-    explained; a TypeError from inside the model keeps its own traceback.
+
+def _where_defined(function) -> str:
+    try:
+        return f" ({inspect.getsourcefile(function)}:{inspect.getsourcelines(function)[1]})"
+    except (OSError, TypeError):
+        return ""
+
+
+def explain_forward_error(model, model_input: Mapping, error=None, prep_batch=None):
+    """The error to raise when the model's forward failed on a ``model_input`` key it does not
+    take, else None.
+
+    Called after forward raised ``error``. A key its signature refuses, or one a pass-through
+    (a compiled model, a ``**kwargs`` wrapper) reports as an unexpected keyword, is explained
+    with ``prep_batch``'s keys, where ``prep_batch`` is, and forward's parameters. A key a
+    ``**kwargs`` forward takes unnamed may or may not be the cause (a ``transformers`` model
+    then fails on the input it missed; another error may be its own): ``error`` keeps its
+    traceback and gets a note saying so.
     """
-    forward = getattr(getattr(model, "module", model), "forward", None)
+    forward, inner = _forward_of(model)
     try:
         signature = inspect.signature(forward)
     except (TypeError, ValueError):
         return None
+    parameters = signature.parameters.values()
+    named = [p.name for p in parameters if p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)]
+    unnamed = [key for key in model_input if key not in named]
     try:
         signature.bind(**model_input)
-    except TypeError as refused:
-        return ParamsError(
-            f"the model's forward{signature} does not accept the model_input keys "
-            f"{sorted(model_input)} that prep_batch returned ({refused}).\n"
-            f"  Make prep_batch's model_input keys match forward's arguments, or the other way "
-            f"round."
-        )
-    return None
+        why = None
+    except TypeError as refusal:
+        why = refusal
+    unexpected = isinstance(error, TypeError) and any(
+        f"unexpected keyword argument '{key}'" in str(error) for key in unnamed
+    )
+    if why is None and unexpected:
+        why = _first_line(error)
+    if why is None and not unnamed:
+        return None
+    where = _where_defined(prep_batch) if prep_batch is not None else ""
+    keys = f"the model_input keys {sorted(model_input)} that prep_batch{where} returned"
+    names = f"{type(inner).__module__}.{type(inner).__qualname__}.forward names {named}"
+    if why is None:
+        from gatle_ignite.utils.frames import add_note
+
+        add_note(error, f"Of {keys}, {names}; not {unnamed}, which its **kwargs took.")
+        return None
+    return ParamsError(
+        f"the model's forward{signature} does not accept {keys} ({why}).\n"
+        f"  {names}; not {unnamed}.\n"
+        f"  Make prep_batch's model_input keys match forward's arguments, or the other way "
+        f"round."
+    )
+
+
+def _first_line(error) -> str:
+    return next(iter(str(error).splitlines()), "")
+
+
+def note_library_error(error: Exception, cfg, model, model_input: Mapping) -> None:
+    """Add to an error the model's forward raised inside a library (``timm``, ``transformers``)
+    the config that built the model, the field the message likely speaks of, and the inputs."""
+    from gatle_ignite.utils.frames import add_note, library_note
+
+    built = f"in the model built from model_name = {cfg.model_name!r} and"
+    params = cfg.get("model_params", None)
+    note = library_note(error, "model_params", params, built, _library_config(model))
+    if note is not None:
+        add_note(error, f"{note}\n  model_input: {_tensor_shapes(model_input)}")
+
+
+def _library_config(model) -> dict:
+    """The scalar settings a library's model keeps of its own (a ``transformers`` config)."""
+    _forward, inner = _forward_of(model)
+    to_dict = getattr(getattr(inner, "config", None), "to_dict", None)
+    if not callable(to_dict):
+        return {}
+    try:
+        settings = to_dict()
+    except Exception:
+        return {}
+    return {k: v for k, v in settings.items() if isinstance(v, (int, float, str))}
+
+
+def _tensor_shapes(model_input: Mapping) -> str:
+    return ", ".join(
+        f"{key} {str(value.dtype).replace('torch.', '')}{list(value.shape)}"
+        if isinstance(value, torch.Tensor)
+        else f"{key} {_shape_of(value)}"
+        for key, value in model_input.items()
+    )
 
 
 def explain_output_error(y_pred):
-    """The error to raise when the loss failed on a model output that is not a dict, else None.
+    """The error to raise when the loss failed on a model output that has no names (neither a
+    mapping nor a dataclass), else None.
 
     Called after the loss raised an IndexError, KeyError or TypeError: reading a name from a
     Tensor raises one of them.
     """
-    if isinstance(y_pred, Mapping):
+    if named_outputs(y_pred) is not None:
         return None
     return ConfigError(
         f"the loss could not read the model's output: forward returned {_shape_of(y_pred)}, "

@@ -18,9 +18,8 @@ import torch
 from ignite.engine import Events
 from ignite.metrics import Average
 
-from gatle_ignite.callbacks.logging import log_cadence
 from gatle_ignite.trainer.preemption import REQUEST as PREEMPTION
-from gatle_ignite.trainer.preemption import Preempted, exit_code_for, signal_name
+from gatle_ignite.trainer.preemption import Preempted, exit_code_for, leave_mark, signal_name
 from gatle_ignite.trainer.progress import progress_every, shows_progress
 
 __all__ = [
@@ -33,7 +32,7 @@ __all__ = [
     "empty_cuda_cache",
     "ends_epoch",
     "gathered",
-    "save_and_log_cadences",
+    "forced_check_cadences",
 ]
 
 
@@ -73,20 +72,19 @@ def check_every(cfg, device) -> int:
     return 1 if free else DEFAULT_CHECK_EVERY
 
 
-def save_and_log_cadences(cfg, epoch_length: Optional[int] = None) -> tuple:
-    """Iteration cadences at which something is saved, logged or shown, so a check comes
-    first: a checkpoint, a per-iteration point and, unless ``check_every`` is set, a progress
-    line (which then shows the loss of its own iteration).
+def forced_check_cadences(cfg, epoch_length: Optional[int] = None) -> tuple:
+    """Iteration cadences at which something is saved or shown, so a check comes first: a
+    checkpoint and, unless ``check_every`` is set, a progress line (which then shows the loss of
+    its own iteration). A per-iteration log point forces none: its loss is written once the
+    next check has read it.
 
     From the config and the epoch's length alone, so that every rank checks at the same
     iterations.
     """
     saving = (cfg.get("save_every_iters", 0) or 0) if cfg.save_ckpt else 0
-    logged = any(name != "pbar" for name in cfg.logger_name)
-    logging = log_cadence(cfg, epoch_length) if logged else 0
     chosen = cfg.get("check_every", None) is not None
     showing = progress_every(epoch_length) if shows_progress(cfg) and not chosen else 0
-    return (saving, logging, showing)
+    return (saving, showing)
 
 
 def _scalar_of(value):
@@ -104,6 +102,10 @@ class NonFiniteCheck:
     are every ``every`` iterations, the iterations in ``also_at`` cadences (a checkpoint or a
     log line is due), every epoch's end, and whenever ``check_now`` is called, so nothing
     computed after a bad step is saved, evaluated or logged as good.
+
+    ``on_read(listener)`` has ``listener`` called after every check with the
+    ``(iteration, total loss)`` pairs it read, in order; ``checked_through`` is the iteration of
+    the last check.
     """
 
     def __init__(
@@ -122,6 +124,16 @@ class NonFiniteCheck:
         self.last_loss = None
         self._pending = []
         self._checked_at = 0
+        self._due = self._next_due(0)
+        self._listeners = []
+        self._read_pairs = []
+
+    @property
+    def checked_through(self) -> int:
+        return self._checked_at
+
+    def on_read(self, listener) -> None:
+        self._listeners.append(listener)
 
     def attach(self, engine) -> None:
         engine.add_event_handler(Events.ITERATION_COMPLETED, self.record)
@@ -129,19 +141,18 @@ class NonFiniteCheck:
 
     def record(self, engine) -> None:
         """Keep this step's losses; check when a check point is due."""
-        losses = engine.state.output.get("losses", {})
+        # The values as they are: sorting them out waits for the read, off the per-step path.
         iteration = engine.state.iteration
-        tensors, seen = [], set()
-        for value in losses.values():
-            if isinstance(value, torch.Tensor):
-                if id(value) not in seen:
-                    seen.add(id(value))
-                    tensors.append(value)
-            elif isinstance(value, numbers.Number) and not math.isfinite(value):
-                self._found(iteration)
-        self._pending.append((iteration, tensors))
-        if any(iteration % cadence == 0 for cadence in self.cadences):
-            self.check_now(engine)
+        self._pending.append((iteration, tuple(engine.state.output.get("losses", {}).values())))
+        if iteration >= self._due:
+            # Past it only on the first step of a resumed run, which is no check point.
+            due, self._due = self._due, self._next_due(iteration)
+            if iteration == due:
+                self.check_now(engine)
+
+    def _next_due(self, iteration: int) -> int:
+        """The first iteration after ``iteration`` that one of the cadences falls on."""
+        return min((iteration // cadence + 1) * cadence for cadence in self.cadences)
 
     def check_now(self, engine) -> bool:
         """Read what is pending and agree across ranks; True when training must stop."""
@@ -151,11 +162,15 @@ class NonFiniteCheck:
             self._agree()
             if self.first_bad is not None and not self.stopped:
                 self._stop(engine)
+            for listener in self._listeners:
+                listener(self._read_pairs)
         return self.stopped
 
     def _read(self) -> None:
         pending, self._pending = self._pending, []
-        flat = [_scalar_of(t) for _iteration, tensors in pending for t in tensors]
+        self._read_pairs = pairs = []
+        steps = [(iteration, self._tensors_of(iteration, values)) for iteration, values in pending]
+        flat = [_scalar_of(t) for _iteration, tensors in steps for t in tensors]
         if not flat:
             return
         if len(flat) == 1:
@@ -164,13 +179,26 @@ class NonFiniteCheck:
             device = flat[0].device
             values = torch.stack([v.to(device) for v in flat]).tolist()
         position = 0
-        for iteration, tensors in pending:
+        for iteration, tensors in steps:
             step = values[position : position + len(tensors)]
             position += len(tensors)
             if not all(math.isfinite(v) for v in step):
                 self._found(iteration)
             if step:
                 self.last_loss = (iteration, step[0])
+                pairs.append(self.last_loss)
+
+    def _tensors_of(self, iteration: int, values: tuple) -> list:
+        """A step's loss tensors, each once (the total is often its only term); a number that
+        is not finite is found at once."""
+        tensors = []
+        for value in values:
+            if isinstance(value, torch.Tensor):
+                if not any(value is kept for kept in tensors):
+                    tensors.append(value)
+            elif isinstance(value, numbers.Number) and not math.isfinite(value):
+                self._found(iteration)
+        return tensors
 
     def _found(self, iteration: int) -> None:
         if self.first_bad is None or iteration < self.first_bad:
@@ -332,7 +360,10 @@ class PreemptionStop:
         if self.world_size > 1:
             # Rank 0 may still be writing; no rank leaves before the file is complete.
             idist.barrier()
-        saved = saved or "nothing (save_ckpt is False)"
+        # Its launcher, if any, then knows the checkpoint is whole, even if a second signal
+        # kills this rank during its teardown.
+        leave_mark("preempted", idist.get_local_rank())
+        saved = saved or "nothing (this run writes no checkpoint)"
         iteration = engine.state.iteration
         if PREEMPTION.interrupted(self.world_size):
             signum = signal.SIGINT

@@ -15,7 +15,12 @@ from gatle_ignite.trainer.first_failure import first_failure
 from gatle_ignite.trainer.preemption import Interrupted, Preempted
 from gatle_ignite.utils.dist import rank_zero_print
 
-__all__ = ["outcome", "recorded_run", "settle_writes"]
+__all__ = ["EXIT_DIVERGED", "outcome", "recorded_run", "settle_writes"]
+
+# sysexits' EX_DATAERR: the run's settings or data made its loss or score non-finite. Not 75
+# (a requeue would diverge again) and not 1 (nothing crashed): `gatle-ignite train` and
+# `status` exit with it for a diverged run, while a script's fit() returns as 0.4's did.
+EXIT_DIVERGED = 65
 
 
 def settle_writes(trainer, quietly: bool = False) -> None:

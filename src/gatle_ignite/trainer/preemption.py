@@ -14,14 +14,17 @@ import multiprocessing.util
 import os
 import signal
 import threading
+from pathlib import Path
 
 __all__ = [
     "EXIT_INTERRUPTED",
     "EXIT_PREEMPTED",
+    "MARKS_DIR_VAR",
     "PREEMPTION_SIGNALS",
     "Interrupted",
     "Preempted",
     "exit_code_for",
+    "leave_mark",
     "preemption_signals",
     "shield_workers",
     "signal_name",
@@ -33,6 +36,16 @@ EXIT_PREEMPTED = 75
 # 128 + SIGINT: what a shell reports for a command stopped by Ctrl-C.
 EXIT_INTERRUPTED = 130
 PREEMPTION_SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT)
+# Set by a launcher for the ranks it spawns: a folder where each leaves a mark of how its run
+# ended (launch.ranks.RankMarks reads them).
+MARKS_DIR_VAR = "GATLE_IGNITE_RANK_MARKS_DIR"
+
+
+def leave_mark(outcome: str, local_rank: int) -> None:
+    """Tell the launcher that spawned this rank how its run ended; nothing without one."""
+    folder = os.environ.get(MARKS_DIR_VAR)
+    if folder:
+        Path(folder, f"{outcome}-{local_rank}").touch()
 
 
 def exit_code_for(signum) -> int:

@@ -2,7 +2,9 @@
 
 The train loss they show is the non-finite check's last read, so showing it never reads the
 device between check points; a progress line is one of them (see ``progress_every``), so its
-loss is the current one.
+loss is the current one. Off a terminal (a log file, a pipe) a line is also at least
+``progress_seconds`` after the run's (or the evaluation's) start and after the line before, so
+a log holds the epoch blocks and a line now and then, not ten lines per epoch.
 """
 
 import sys
@@ -78,15 +80,20 @@ def attach_progress_output(cfg, engines, specs, dls, loss) -> None:
     if cfg.get("verbosity", 1) < 1 and not bars:
         return
     every = progress_every(epoch_length_of(cfg, dls["train"]))
+    apart = 0 if _on_a_terminal(sys.stdout) else cfg.get("progress_seconds", 30)
+    batch_size = cfg.train_ds_params.get("bs")
     train_lines = ProgressLines(
-        "TRAIN", every, cfg.train_ds_params.get("bs"), loss=loss, max_epochs=cfg.max_epochs
+        "TRAIN", every, batch_size, loss=loss, max_epochs=cfg.max_epochs, seconds_apart=apart
     )
     train_lines.attach(trainer)
     for spec in specs:
         engine = engines.get(spec.key)
         if engine is not None and _reaches_a_line(spec, cfg, dls[spec.split]):
             batch_size = cfg.get(f"{spec.split}_ds_params", {}).get("bs")
-            ProgressLines(spec.progress_label, spec.progress_every, batch_size).attach(engine)
+            lines = ProgressLines(
+                spec.progress_label, spec.progress_every, batch_size, seconds_apart=apart
+            )
+            lines.attach(engine)
 
 
 def _reaches_a_line(spec, cfg, loader) -> bool:
@@ -116,9 +123,20 @@ class ProgressLines:
 
     ``loss`` returns the check's last ``(iteration, value)`` (read at check points only);
     ``batch_size`` (the global batch) gives samples/s; ``max_epochs`` gives the run's ETA.
+    ``seconds_apart`` (off a terminal) keeps a line at least that long after the engine's start
+    and after the line before; ``clock`` is the time source, seconds as ``time.monotonic``.
     """
 
-    def __init__(self, label, every=1, batch_size=None, loss=None, max_epochs=None):
+    def __init__(
+        self,
+        label,
+        every=1,
+        batch_size=None,
+        loss=None,
+        max_epochs=None,
+        seconds_apart=0,
+        clock=time.monotonic,
+    ):
         if not isinstance(every, int) or every < 1:
             raise ValueError(f"{label} progress: every must be a positive integer, got {every!r}")
         self.label = label
@@ -126,8 +144,11 @@ class ProgressLines:
         self.batch_size = batch_size
         self.loss = loss
         self.max_epochs = max_epochs
+        self.seconds_apart = seconds_apart
+        self.clock = clock
         self._started = None
         self._epoch_started = None
+        self._last_line = None
         self._first_iteration = 0
         self._epoch_first_iteration = 0
 
@@ -137,16 +158,20 @@ class ProgressLines:
         engine.add_event_handler(Events.ITERATION_COMPLETED, self.report)
 
     def _start(self, engine) -> None:
-        self._started, self._first_iteration = time.monotonic(), engine.state.iteration
+        self._started, self._first_iteration = self.clock(), engine.state.iteration
+        self._last_line = self._started
 
     def _start_epoch(self, engine) -> None:
-        self._epoch_started, self._epoch_first_iteration = time.monotonic(), engine.state.iteration
+        self._epoch_started, self._epoch_first_iteration = self.clock(), engine.state.iteration
 
     def report(self, engine) -> None:
         state = engine.state
         if state.iteration % self.every or sys.stdout is None:
             return
-        now = time.monotonic()
+        now = self.clock()
+        if now - self._last_line < self.seconds_apart:
+            return
+        self._last_line = now
         parts = [self._position(state)]
         last = self.loss() if self.loss is not None else None
         if last is not None:

@@ -12,6 +12,7 @@ framework shards it after ``build_model`` returns. A model already sharded by th
 """
 
 import contextlib
+import functools
 from collections.abc import Iterable
 
 import ignite.distributed as idist
@@ -96,8 +97,10 @@ def ddp_params(cfg, model: nn.Module) -> dict:
     return params
 
 
+@functools.cache
 def _fsdp():
-    """torch's FSDP2 names: public since torch 2.6, under _composable before."""
+    """torch's FSDP2 names: public since torch 2.6, under _composable before. Looked up once:
+    ``is_sharded`` runs on every training step."""
     try:
         from torch.distributed.fsdp import (
             CPUOffloadPolicy,

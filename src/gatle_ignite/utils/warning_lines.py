@@ -8,6 +8,8 @@ already says what happened and what to do. Other packages' warnings keep Python'
 import warnings
 from pathlib import Path
 
+from gatle_ignite.utils.escapes import escaped
+
 __all__ = ["show_framework_warnings_plainly"]
 
 _PACKAGE = str(Path(__file__).resolve().parents[1])
@@ -17,9 +19,10 @@ _python_format = warnings.formatwarning
 def _format(message, category, filename, lineno, line=None) -> str:
     from gatle_ignite.redaction import redact_text  # ml_collections: not for `--version`
 
-    # A warning may quote an exception's text, and with it a URL's credentials.
+    # A warning may quote an exception's text, and with it a URL's credentials; or a path from
+    # a directory someone else wrote, with control characters in its names.
     if str(filename).startswith(_PACKAGE):
-        return redact_text(f"warning: {message}\n")
+        return redact_text(f"warning: {escaped(message, lines=True)}\n")
     return redact_text(_python_format(message, category, filename, lineno, line))
 
 

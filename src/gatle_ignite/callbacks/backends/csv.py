@@ -17,7 +17,9 @@ FILE_NAME = "metrics.csv"
 HEADER = ("wall_time", "epoch", "step", "name", "value")
 
 
-def _cell(value) -> str:
+def _cell(value):
+    if type(value) in (float, int):
+        return value  # the writer formats it as str() would
     if value is None:
         return ""
     return str(value) if isinstance(value, numbers.Real) else json.dumps(value, default=str)
@@ -44,10 +46,10 @@ class Backend(BaseBackend):
         return self.file
 
     def log(self, metrics, step=None, epoch=None):
-        now = time.time()
+        now, epoch, step = time.time(), _cell(epoch), _cell(step)
+        rows = [(now, epoch, step, name, _cell(value)) for name, value in metrics.items()]
         with writing_into(self.save_dir):
-            for name, value in metrics.items():
-                self.writer.writerow((now, _cell(epoch), _cell(step), name, _cell(value)))
+            self.writer.writerows(rows)
             # What was logged before a crash or a kill is then on disk.
             self.file.flush()
 

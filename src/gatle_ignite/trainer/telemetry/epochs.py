@@ -39,6 +39,7 @@ from gatle_ignite.trainer.telemetry.devices import (
 from gatle_ignite.trainer.telemetry.flops import count_step_flops
 from gatle_ignite.trainer.telemetry.profiler import StepProfiler, profile_schedule
 from gatle_ignite.trainer.telemetry.stopwatch import Stopwatch
+from gatle_ignite.trainer.telemetry.threads import warn_if_oversubscribed
 
 __all__ = ["Telemetry", "samples_per_batch"]
 
@@ -100,6 +101,8 @@ class Telemetry:
         self._epoch = None
         self._fetching = 0.0
         self._data_wait = 0.0
+        if idist.get_rank() == 0:
+            warn_if_oversubscribed(idist.get_nproc_per_node())
 
     # ---- attaching ----
 
@@ -195,9 +198,9 @@ class Telemetry:
         if memory is not None:
             record["perf/peak_memory_mb"] = memory
         record.update(self._throughput(iterations, train, first=engine.state.epoch == 1))
-        logger = self.trainer.logger
-        if logger is not None:
-            logger.log(record, step=engine.state.iteration, epoch=engine.state.epoch)
+        self.trainer._tell_logger(
+            "log", record, step=engine.state.iteration, epoch=engine.state.epoch
+        )
 
     def _largest_over_ranks(self, share: float) -> tuple:
         memory = peak_memory_mb(self.trainer.device)

@@ -1,0 +1,11 @@
+"""Precision over the split: averaged over the classes (macro, by default), per class, or of the
+positive class of a binary task."""
+
+from gatle_ignite.metrics.averaged import AVERAGES, Precision, averaged_metric, ignite_averaged
+
+__all__ = ["KWARGS_GO_TO", "get_metric"]
+
+# Where get_metric's **kwargs go: is_multilabel, device.
+KWARGS_GO_TO = ((Precision, ("output_transform", "average")),)
+
+get_metric = averaged_metric(ignite_averaged(Precision), AVERAGES, "precision", __name__)
