@@ -85,11 +85,12 @@ def _start(config, *args, launcher=GATLE_IGNITE):
 
 
 def _after_lines(process, text, count=1):
-    """Read the child's output until it has printed ``count`` lines holding ``text``."""
+    """Read the child's output until it has printed ``text`` ``count`` times (ranks' lines can
+    share one)."""
     seen, lines = 0, []
     for line in process.stdout:
         lines.append(line)
-        seen += text in line
+        seen += line.count(text)
         if seen >= count:
             return lines
     raise AssertionError("the run ended first:\n" + "".join(lines[-30:]))

@@ -79,7 +79,7 @@ def _after_lines(process, text, count):
     seen, lines = 0, []
     for line in process.stdout:
         lines.append(line)
-        seen += text in line
+        seen += line.count(text)  # ranks' lines can share one
         if seen >= count:
             return
     raise AssertionError("the run ended first:\n" + "".join(lines[-30:]))

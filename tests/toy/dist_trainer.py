@@ -21,6 +21,7 @@ import atexit
 import json
 import os
 import signal
+import sys
 import time
 from pathlib import Path
 
@@ -110,7 +111,9 @@ class Trainer(ToyTrainer):
             while True:
                 time.sleep(60)
         if iteration == cfg.get("fault_gate_at"):
-            print(f"waiting at the gate on rank {rank} at iteration {iteration}", flush=True)
+            # One write with its newline: the ranks' lines must not run into one another.
+            sys.stdout.write(f"waiting at the gate on rank {rank} at iteration {iteration}\n")
+            sys.stdout.flush()
             while not os.path.exists(cfg.fault_gate):
                 time.sleep(0.05)
         time.sleep(cfg.get("iter_sleep_s", 0))
