@@ -14,6 +14,7 @@ import pytest
 import torch
 from ignite.engine import Events
 
+from gatle_ignite.trainer.lifecycle import EXIT_DIVERGED
 from gatle_ignite.trainer.preemption import EXIT_PREEMPTED, Preempted
 from tests.conftest import HANG_S, ROOT, child_env
 from tests.toy.config_file import write_toy_config
@@ -258,7 +259,8 @@ def test_a_nan_on_one_rank_and_a_sigterm_on_the_other_stop_both_at_the_check(tmp
     done = _two_ranks(
         tmp_path, fault_nan_rank=1, fault_nan_from=6, fault_sigterm_rank=0, fault_sigterm_at=7
     )
-    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    # A diverged run's own exit code, not the preemption's.
+    assert done.returncode == EXIT_DIVERGED, done.stdout[-2000:] + done.stderr[-2000:]
     assert "not finite at iteration 6, found at the check after iteration 8" in done.stderr
     assert _probe_iterations(tmp_path / "run") == [8, 8]
     # No checkpoint of anything after iteration 5; the divergence outranks the preemption.

@@ -20,7 +20,7 @@ import pytest
 import gatle_ignite
 from gatle_ignite.callbacks.run_record import REDACTED, is_secret_name, redact_text, shown_value
 from gatle_ignite.cli.main import main
-from gatle_ignite.redaction import is_secret_query_name, redact_argv
+from gatle_ignite.redaction import is_secret_query_name, redact, redact_argv
 from gatle_ignite.run.layout import LOCK_FILE
 from gatle_ignite.run.manifest import Manifest
 from gatle_ignite.utils.warning_lines import show_framework_warnings_plainly
@@ -575,3 +575,15 @@ def test_a_thread_ending_on_an_error_is_shown_redacted(tmp_path, monkeypatch):
     shown = _a_thread_failing_on(url)
     assert "Exception in thread reader:" in shown and "RuntimeError: cannot read" in shown
     assert "LEAK-thread-pw" not in shown and "data.invalid/x" in shown
+
+
+def test_credentials_in_the_environment_are_redacted_from_any_text(monkeypatch):
+    secret, token = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY", "IQoJb3JpZ2luX2VjEXAMPLETOKEN"
+    text = f"signing with {secret} and {token} failed"
+    assert redact_text(text) == text  # not in the environment: nothing to know them by
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", secret)
+    monkeypatch.setenv("AWS_SESSION_TOKEN", token)
+    shown = redact_text(text)
+    assert secret not in shown and token not in shown
+    assert shown == "signing with <redacted> and <redacted> failed"
+    assert redact({"stop_reason": text})["stop_reason"] == shown

@@ -5,7 +5,9 @@ error messages and the command lines a run records.
 """
 
 import ast
+import functools
 import json
+import os
 import re
 import shlex
 import sys
@@ -17,6 +19,7 @@ __all__ = [
     "REDACTED",
     "SECRET_SUFFIXES",
     "config_payload",
+    "environment_secrets",
     "is_secret_name",
     "is_secret_path",
     "is_secret_query_name",
@@ -116,10 +119,18 @@ def is_secret_query_name(name: str) -> bool:
 
 def redact_text(text: str) -> str:
     """``text`` with the userinfo of every URL in it replaced, and the value of every query
-    parameter named like a credential: ``https://<redacted>@host/x?sslmode=require&token=<redacted>``.
-    """
+    parameter named like a credential
+    (``https://<redacted>@host/x?sslmode=require&token=<redacted>``), and every credential this
+    process holds in its environment (see :func:`environment_secrets`) wherever it appears."""
+    return _scrubbed(text, environment_secrets())
+
+
+def _scrubbed(text: str, secrets: list) -> str:
     # The query first: the userinfo's "<redacted>" would end the URL as _URL reads it.
-    return _URL_USERINFO.sub(rf"\1{REDACTED}@", _URL.sub(_redacted_url, text))
+    text = _URL_USERINFO.sub(rf"\1{REDACTED}@", _URL.sub(_redacted_url, text))
+    for secret in secrets:
+        text = text.replace(secret, REDACTED)
+    return text
 
 
 def _redacted_url(url: re.Match) -> str:
@@ -131,6 +142,28 @@ def _redacted_param(param: re.Match) -> str:
     if value and is_secret_query_name(name):
         return f"{separator}{name}={REDACTED}"
     return param[0]
+
+
+# Shorter values are not taken for credentials: replacing "1" everywhere would garble text.
+_SHORTEST_SECRET = 8
+
+
+def environment_secrets() -> list:
+    """The values of this process's environment variables whose names say they are secret
+    (``AWS_SECRET_ACCESS_KEY``, ``AWS_SESSION_TOKEN``, ``AZURE_STORAGE_KEY``, ...), longest
+    first: an object store's client reads them, and an error it raises must not show them."""
+    found = {
+        value
+        for name, value in os.environ.items()
+        if len(value) >= _SHORTEST_SECRET and _secret_variable(name)
+    }
+    return sorted(found, key=len, reverse=True)
+
+
+@functools.cache
+def _secret_variable(name: str) -> bool:
+    # Asked for every variable on every redaction: the answer for a name never changes.
+    return is_secret_name(name)
 
 
 def _is_unset(value) -> bool:
@@ -146,22 +179,30 @@ def _is_config_dict(value) -> bool:
 
 def redact(value):
     """``value`` with secret-named fields and URL userinfo redacted, at any depth."""
+    # The environment's credentials are looked up once for the whole value.
+    return _redacted(value, environment_secrets())
+
+
+def _redacted(value, secrets: list):
     if isinstance(value, dict) or _is_config_dict(value):
-        return {redact(key): __redact_field(key, inner) for key, inner in value.items()}
+        return {
+            _redacted(key, secrets): __redact_field(key, inner, secrets)
+            for key, inner in value.items()
+        }
     if isinstance(value, list):
-        return [redact(item) for item in value]
+        return [_redacted(item, secrets) for item in value]
     if isinstance(value, tuple):
-        return tuple(redact(item) for item in value)
+        return tuple(_redacted(item, secrets) for item in value)
     if isinstance(value, str):
-        return redact_text(value)
+        return _scrubbed(value, secrets)
     return value
 
 
-def __redact_field(name, value):
+def __redact_field(name, value, secrets: list):
     # An unset credential stays visibly unset, so that a missing one can be noticed.
     if is_secret_name(name) and not _is_unset(value):
         return REDACTED
-    return redact(value)
+    return _redacted(value, secrets)
 
 
 def is_secret_path(path: str) -> bool:

@@ -12,9 +12,10 @@ gradient all-reduce), ``fault_gate_at`` / ``fault_gate`` (every rank says so and
 iteration until the file ``fault_gate`` exists: a test's signal sent once it said so lands in
 that iteration, however loaded the machine); ``ballast_mb`` adds that much extra state to every
 checkpoint, so that writing one takes long enough to be interrupted, and ``iter_sleep_s`` slows
-every iteration down, so that a signal sent after a few progress lines lands mid-run. The FLOP
-count's extra step (under a dispatch mode) is neither probed nor faulted: it is not a step of
-the run.
+every iteration down, so that a signal sent after a few progress lines lands mid-run;
+``probe_dir`` puts the probes and final weights there instead of save_dir (a URL, for object
+storage). The FLOP count's extra step (under a dispatch mode) is neither probed nor faulted:
+it is not a step of the run.
 """
 
 import atexit
@@ -132,7 +133,7 @@ class Trainer(ToyTrainer):
             threads=torch.get_num_threads(),
             lr=self.cfg.optimizer_params.lr,
         )
-        out = Path(self.cfg.save_dir)
+        out = Path(self.cfg.get("probe_dir", None) or self.cfg.save_dir)
         out.mkdir(parents=True, exist_ok=True)
         rank = idist.get_rank()
         (out / f"probe_rank{rank}.json").write_text(json.dumps(record))

@@ -6,7 +6,6 @@ What is secret is decided in :mod:`gatle_ignite.redaction`; its names are re-exp
 
 import json
 import os
-from pathlib import Path
 
 from ml_collections import config_dict
 
@@ -22,6 +21,7 @@ from gatle_ignite.redaction import (
 from gatle_ignite.run.identity import flatten
 from gatle_ignite.run.layout import CONFIG_FILE
 from gatle_ignite.run.manifest import write_atomically
+from gatle_ignite.run.storage import local_dir
 
 __all__ = [
     "CONFIG_FILE",
@@ -53,7 +53,8 @@ def flat_params(payload: dict, prefix: str = "") -> dict:
 
 def write_config_json(cfg) -> str:
     """Write the redacted config to ``<save_dir>/config.json``; returns the path."""
-    os.makedirs(cfg.save_dir, exist_ok=True)
-    path = Path(cfg.save_dir) / CONFIG_FILE
+    directory = local_dir(cfg.save_dir)
+    os.makedirs(directory, exist_ok=True)
+    path = directory / CONFIG_FILE
     write_atomically(path, json.dumps(config_payload(cfg), indent=2) + "\n")
     return str(path)

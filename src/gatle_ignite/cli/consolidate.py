@@ -5,19 +5,26 @@ The result holds full tensors, loads with ``torch.load(weights_only=True)``, and
 strategy and world size, in one process.
 """
 
+import tempfile
 from pathlib import Path
 
 from gatle_ignite.dispatch import ConfigError
 from gatle_ignite.run.loading import UnreadableCheckpoint, load_checkpoint_file
 from gatle_ignite.run.saving import save_atomically
+from gatle_ignite.run.storage import is_url, place_of
 
 __all__ = ["consolidate"]
 
 
 def consolidate(source, out) -> int:
-    """Read every shard of ``source`` and write their full tensors to ``out``."""
-    source, out = Path(source), Path(out)
-    if not (source.is_dir() and source.suffix == ".dcp"):
+    """Read every shard of ``source`` and write their full tensors to ``out``; either may be
+    a URL (object storage)."""
+    if is_url(source):
+        sharded_there = source.endswith(".dcp") and place_of(source).exists(".metadata")
+    else:
+        source = Path(source)
+        sharded_there = source.is_dir() and source.suffix == ".dcp"
+    if not sharded_there:
         raise ConfigError(
             f"{source} is not a sharded checkpoint (a .dcp directory).\n"
             f"  A .pt checkpoint is already whole: load it as it is."
@@ -27,11 +34,23 @@ def consolidate(source, out) -> int:
     except UnreadableCheckpoint as error:
         raise ConfigError(f"cannot consolidate {source}: {error.reason}.") from error
     state = sharded.full()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    save_atomically(state, out)
+    _write(state, out)
     tensors = sum(1 for _ in _tensors(state))
     print(f"CONSOLIDATED {source} -> {out}: {tensors} tensors, entries {sorted(state)}")
     return 0
+
+
+def _write(state, out) -> None:
+    """``torch.save`` to ``out``, a path or a URL (written here, then published whole)."""
+    if not is_url(out):
+        Path(out).parent.mkdir(parents=True, exist_ok=True)
+        save_atomically(state, Path(out))
+        return
+    folder, name = out.rstrip("/").rsplit("/", 1)
+    with tempfile.TemporaryDirectory(prefix="gatle-consolidate-") as here:
+        place = place_of(folder, local=Path(here))
+        save_atomically(state, place.path / name)
+        place.publish(name)
 
 
 def _tensors(value):

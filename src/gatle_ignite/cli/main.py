@@ -53,7 +53,9 @@ def _add_config_args(parser: argparse.ArgumentParser, config_help: str) -> None:
 
 
 def _checkpoint_choice(value: str) -> str:
-    if value in ("best", "latest") or os.path.exists(value):
+    from gatle_ignite.run.storage import is_url
+
+    if value in ("best", "latest") or os.path.exists(value) or is_url(value):
         return value
     raise argparse.ArgumentTypeError(
         f"{value!r} is neither 'best', 'latest' nor an existing checkpoint file"
@@ -450,6 +452,7 @@ def _stdout_closed() -> int:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Run the CLI on ``argv`` (default ``sys.argv[1:]``) and return the exit code."""
+    from gatle_ignite.run.storage import StorageError
     from gatle_ignite.trainer.preemption import EXIT_INTERRUPTED, Interrupted, Preempted
 
     # What the command cost counts from the process's start, the interpreter and the imports
@@ -471,6 +474,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except (Preempted, Interrupted) as stopped:
         # Already said; the exit code tells a scheduler or a script to run it again.
         return stopped.code
+    except StorageError as error:
+        # An object store that stopped answering: what is safe where is in the message.
+        from gatle_ignite.redaction import redact_text
+
+        print(f"storage error: {redact_text(str(error))}", file=sys.stderr, flush=True)
+        return 1
     except KeyboardInterrupt:
         # Ctrl-C outside training (loading, building, evaluating): nothing to save.
         print("interrupted by SIGINT.", file=sys.stderr)

@@ -7,7 +7,6 @@ The exit code is for job scripts: 0 the run is finished (completed, stopped earl
 training it now.
 """
 
-from pathlib import Path
 from typing import Optional
 
 from gatle_ignite.cli.lr_find import PLOT_FILE as LR_FIND_PLOT
@@ -15,9 +14,9 @@ from gatle_ignite.dispatch import ConfigError
 from gatle_ignite.redaction import shown_command
 from gatle_ignite.run.directory import indexed_view, recorded_config, unindexed_files
 from gatle_ignite.run.layout import MANIFEST_FILE
-from gatle_ignite.run.lock import holder
 from gatle_ignite.run.manifest import Manifest
 from gatle_ignite.run.scores import LOWER_IS_BETTER, metric_value, scoring
+from gatle_ignite.run.storage import Place, holder_of, place_of
 from gatle_ignite.trainer.lifecycle import EXIT_DIVERGED
 from gatle_ignite.trainer.preemption import EXIT_PREEMPTED
 from gatle_ignite.utils.escapes import escaped
@@ -37,28 +36,31 @@ _EXIT_CODES = {
 }
 
 
-def _read(save_dir: Path) -> tuple:
+def _read(place: Place) -> tuple:
     """``(manifest, "")``, or ``(None, why)`` when ``run.json`` is damaged."""
-    if not save_dir.is_dir():
-        raise ConfigError(f"{save_dir} does not exist.\n  Give the save_dir of a run.")
+    held = place.names()
+    if held is None:
+        raise ConfigError(f"{place.shown()} does not exist.\n  Give the save_dir of a run.")
+    place.pull_records()
     try:
-        manifest = Manifest.read(save_dir)
+        manifest = Manifest.read(place.path)
     except ValueError as error:
         return None, str(error)
     if manifest is None:
-        raise ConfigError(_no_run(save_dir))
+        raise ConfigError(_no_run(place, held))
     return manifest, ""
 
 
-def _no_run(save_dir: Path) -> str:
-    """Why ``save_dir`` (no ``run.json``) is no run, by what it holds."""
-    if indexed_view(save_dir, None):
+def _no_run(place: Place, held: list) -> str:
+    """Why the directory (no ``run.json``) is no run, by what it holds."""
+    save_dir = place.shown()
+    if indexed_view(place, None):
         return (
             f"{save_dir} holds checkpoints but no run.json: a run of gatle-ignite 0.4, which "
             f"gets one at its next resume.\n"
             f"  Resume it (--override resume=True), or give the save_dir of another run."
         )
-    held = sorted(entry.name for entry in save_dir.iterdir())
+    held = sorted(held)
     if held == [LR_FIND_PLOT]:
         what = f"only {LR_FIND_PLOT}, the plot `gatle-ignite lr-find` writes, which trains no run"
     elif held:
@@ -109,12 +111,14 @@ def _say(line: str) -> None:
 
 
 def run_status(save_dir) -> int:
-    """Print the run in ``save_dir`` and return the exit code its state calls for."""
-    save_dir = Path(save_dir)
-    manifest, damage = _read(save_dir)
-    live = holder(save_dir)
+    """Print the run in ``save_dir`` (a directory or a URL) and return the exit code its state
+    calls for."""
+    place = place_of(save_dir)
+    save_dir = place.shown()
+    manifest, damage = _read(place)
+    live = holder_of(place)
     if manifest is None:
-        return _damaged(save_dir, damage, live)
+        return _damaged(place, damage, live)
     state = manifest.state
     if state == "running" and live is None:
         state = "interrupted"
@@ -130,7 +134,7 @@ def run_status(save_dir) -> int:
     _say(f"trained:  {_progress(manifest)}")
     _say(f"config:   {manifest.config_fingerprint}, last written {manifest.updated}")
     _print_checkpoints(manifest.checkpoints, manifest.config)
-    _print_unindexed(unindexed_files(save_dir, manifest))
+    _print_unindexed(unindexed_files(place, manifest))
     return _EXIT_CODES.get(state, EXIT_FAILED)
 
 
@@ -162,16 +166,16 @@ def _print_unindexed(names: list) -> None:
         _say(f"  {name}")
 
 
-def _damaged(save_dir: Path, why: str, live: Optional[dict]) -> int:
+def _damaged(place: Place, why: str, live: Optional[dict]) -> int:
     """A run whose ``run.json`` cannot be read: what its files say, as a resume would see it."""
-    manifest = save_dir / MANIFEST_FILE
-    if manifest.is_dir():
+    save_dir, manifest = place.shown(), place.shown(MANIFEST_FILE)
+    if (place.path / MANIFEST_FILE).is_dir():
         # As a resume refuses it: a requeue loop on this exit code must not go round forever.
         raise ConfigError(
             f"{manifest} is a directory, where the run keeps its manifest.\n"
             f"  Move that directory out of {save_dir}; a resume then rebuilds the manifest."
         )
-    entries = indexed_view(save_dir, None)
+    entries = indexed_view(place, None)
     if live is None and not entries:
         raise ConfigError(
             f"{manifest} is damaged ({why}), and {save_dir} holds no checkpoint.\n"
@@ -181,5 +185,5 @@ def _damaged(save_dir: Path, why: str, live: Optional[dict]) -> int:
     _say(f"state:    unknown: {manifest} is damaged ({why})")
     _print_holder(live)
     _say("          a resume rebuilds it from the checkpoints below")
-    _print_checkpoints(entries, recorded_config(save_dir) or {})
+    _print_checkpoints(entries, recorded_config(place.path) or {})
     return EXIT_RUNNING if live is not None else EXIT_PREEMPTED

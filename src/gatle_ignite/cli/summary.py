@@ -8,7 +8,6 @@ import os
 import re
 import shlex
 import time
-from pathlib import Path
 from typing import Optional
 
 from gatle_ignite.cli.time_breakdown import time_breakdown_rows
@@ -17,6 +16,7 @@ from gatle_ignite.run.filesystem import UnsafeFile, read_confined
 from gatle_ignite.run.layout import MANIFEST_FILE, OWNED_LOGS
 from gatle_ignite.run.manifest import Manifest
 from gatle_ignite.run.scores import direction, metric_value
+from gatle_ignite.run.storage import local_dir, shown_in
 from gatle_ignite.trainer.lifecycle import EXIT_DIVERGED
 
 __all__ = ["end_of_run", "last_recorded"]
@@ -92,7 +92,7 @@ def _command(verb: str, config: str, overrides, *extra) -> str:
     return " ".join(["gatle-ignite", verb, *map(_quoted, words)])
 
 
-def _best_line(manifest: Manifest, cfg, save_dir: Path):
+def _best_line(manifest: Manifest, cfg, save_dir):
     score_name = cfg.get("score_name", None)
     engine = score_name.split("/")[0] if score_name else ""
     bests = [e for e in manifest.checkpoints if e.kind == "best" and e.engine == engine]
@@ -102,24 +102,25 @@ def _best_line(manifest: Manifest, cfg, save_dir: Path):
     factor = cfg.get("score_factor", 1) or 1
     value = metric_value(top.score, factor)
     shown = f"{value:.5g}{direction(factor)}" if value is not None else "?"
-    return f"{score_name} {shown} at epoch {top.epoch}: {save_dir / top.file}"
+    return f"{score_name} {shown} at epoch {top.epoch}: {shown_in(save_dir, top.file)}"
 
 
-def _latest(manifest: Manifest, save_dir: Path):
+def _latest(manifest: Manifest, save_dir):
     resumable = manifest.resumable_newest_first()
-    return str(save_dir / resumable[0].file) if resumable else None
+    return shown_in(save_dir, resumable[0].file) if resumable else None
 
 
-def _logs(save_dir: Path) -> str:
-    found = [save_dir / name for name in OWNED_LOGS if (save_dir / name).exists()]
-    return ", ".join(str(p) for p in [*found, save_dir / "run.json"])
+def _logs(save_dir) -> str:
+    here = local_dir(save_dir)
+    found = [name for name in OWNED_LOGS if (here / name).exists()]
+    return ", ".join(shown_in(save_dir, name) for name in [*found, MANIFEST_FILE])
 
 
 def last_recorded(save_dir) -> Optional[bytes]:
     """The run in ``save_dir`` as ``run.json`` records it now, to tell whether a command
     recorded it; None without one."""
     try:
-        return read_confined(Path(save_dir) / MANIFEST_FILE)
+        return read_confined(local_dir(save_dir) / MANIFEST_FILE)
     except (OSError, UnsafeFile):
         return None
 
@@ -175,9 +176,9 @@ def _resume(manifest: Manifest, config: str, overrides, latest) -> list:
 def end_of_run(cfg, config: str, overrides, seconds: float) -> int:
     """Print the summary of the run in ``cfg.save_dir`` after this command trained it, and
     return the command's exit code: ``EXIT_DIVERGED`` for a diverged run, as ``status`` says."""
-    save_dir = Path(cfg.save_dir)
+    save_dir = cfg.save_dir
     try:
-        manifest = Manifest.read(save_dir)
+        manifest = Manifest.read(local_dir(save_dir))
     except (ValueError, TypeError):
         manifest = None
     if manifest is None:
@@ -187,7 +188,7 @@ def end_of_run(cfg, config: str, overrides, seconds: float) -> int:
         return code
     lines = [_end_line(manifest, seconds)]
     # Where that time went, from the perf/ rows this command logged.
-    spent = time_breakdown_rows(cfg, save_dir, time.time() - seconds, seconds)
+    spent = time_breakdown_rows(cfg, local_dir(save_dir), time.time() - seconds, seconds)
     lines += [f"  {label:<9}{value}" for label, value in spent]
     latest = _latest(manifest, save_dir)
     rows = [

@@ -28,9 +28,9 @@ from gatle_ignite.run.layout import (
     checkpoint_files,
     parse_checkpoint_name,
 )
-from gatle_ignite.run.lock import holder
 from gatle_ignite.run.manifest import checked_entry
 from gatle_ignite.run.scores import LOWER_IS_BETTER, metric_value, scoring
+from gatle_ignite.run.storage import holder_of, is_url, place_of
 
 __all__ = [
     "RunSummary",
@@ -136,6 +136,12 @@ def find_runs(paths) -> list:
     below it. A path that does not exist or holds no run is a config error."""
     found = []
     for given in paths:
+        if is_url(given):
+            runs = place_of(given).runs_below()
+            if not runs:
+                raise ConfigError(f"no run in {given}: nothing below it holds a {MANIFEST_FILE}.")
+            found += [run for run in runs if run not in found]
+            continue
         path = Path(given)
         if not path.is_dir():
             raise ConfigError(f"{path} is not a directory.\n  {_NO_RUN_HINT}")
@@ -163,16 +169,17 @@ def _read_json(path: Path) -> Optional[dict]:
     return data if isinstance(data, dict) else None
 
 
-def _entries(path: Path, manifest: Optional[dict]) -> list:
+def _entries(place, manifest: Optional[dict]) -> list:
     """The run's checkpoints: its index's entries whose files exist; without an index (a 0.4
     run), every checkpoint file by its name."""
-    on_disk = {p.name for p in checkpoint_files(path)}
+    path = place.shown()
+    on_disk = set(place.checkpoint_names())
     if manifest is None:
         return [parse_checkpoint_name(name) for name in sorted(on_disk)]
     known = []
     for raw in manifest.get("checkpoints") or []:
         try:
-            entry = checked_entry(raw, path / MANIFEST_FILE)
+            entry = checked_entry(raw, place.shown(MANIFEST_FILE))
         except ValueError:
             continue
         if entry.file in on_disk:
@@ -243,12 +250,12 @@ def _seconds(manifest: Optional[dict]) -> Optional[float]:
     return _span(manifest.get("created"), manifest.get("updated"))
 
 
-def _state(path: Path, manifest: Optional[dict]) -> str:
+def _state(place, manifest: Optional[dict]) -> str:
     if manifest is None:
         return "unknown"
     state = str(manifest.get("state", "unknown"))
     # A run left "running" whose process is gone was killed.
-    if state == "running" and holder(path) is None:
+    if state == "running" and holder_of(place) is None:
         return "interrupted"
     return state
 
@@ -283,19 +290,23 @@ def _manifest(path: Path) -> Optional[dict]:
 
 
 def read_run(path) -> RunSummary:
-    """Everything ``runs`` shows of the run in ``path``, from its files as they are now."""
-    path = Path(path)
-    manifest = _manifest(path)
-    config = (manifest or {}).get("config") or _read_json(path / CONFIG_FILE) or {}
-    entries = _entries(path, manifest)
+    """Everything ``runs`` shows of the run in ``path`` (a directory or a URL), from its files as
+    they are now."""
+    place = place_of(path)
+    place.pull_records()
+    path = path if is_url(path) else Path(path)
+    here = place.path
+    manifest = _manifest(here)
+    config = (manifest or {}).get("config") or _read_json(here / CONFIG_FILE) or {}
+    entries = _entries(place, manifest)
     score_name, factor = scoring(config, "valid")
     factor = _factor(factor)
     best = _best(entries, score_name)
     params = _sweep_trial(manifest).get("params")
     return RunSummary(
         path=path,
-        name=str((manifest or {}).get("name") or config.get("name") or path.name),
-        state=_state(path, manifest),
+        name=str((manifest or {}).get("name") or config.get("name") or _last_name(path)),
+        state=_state(place, manifest),
         trial=_trial(manifest),
         sweep=_sweep_name(manifest),
         score_name=score_name,
@@ -312,6 +323,10 @@ def read_run(path) -> RunSummary:
         starts=[s for s in (manifest or {}).get("provenance") or [] if isinstance(s, dict)],
         lr_groups=_lr_groups(manifest),
     )
+
+
+def _last_name(path) -> str:
+    return path.rstrip("/").rsplit("/", 1)[-1] if isinstance(path, str) else path.name
 
 
 def _whole(value) -> Optional[int]:
@@ -379,16 +394,21 @@ def distinct_labels(runs: list) -> list:
     """Each run's label; where labels repeat, its directory's name, and where those repeat
     too, its path below the folder that holds every run."""
     labels = [run.label for run in runs]
-    top = Path(os.path.commonpath([str(run.path.absolute()) for run in runs])) if runs else None
-    for other in (lambda run: run.path.name, lambda run: _below(run.path, top)):
+    top = os.path.commonpath([_absolute(run.path) for run in runs]) if runs else None
+    for other in (lambda run: _last_name(run.path), lambda run: _below(run.path, top)):
         labels = [
             other(run) if labels.count(label) > 1 else label for run, label in zip(runs, labels)
         ]
     return labels
 
 
-def _below(path: Path, top: Optional[Path]) -> str:
-    relative = os.path.relpath(path.absolute(), top) if top is not None else str(path)
+def _absolute(path) -> str:
+    """A run's path in full; a URL as it is."""
+    return path if isinstance(path, str) else str(path.absolute())
+
+
+def _below(path, top: Optional[str]) -> str:
+    relative = os.path.relpath(_absolute(path), top) if top is not None else str(path)
     return str(path) if relative == "." else relative
 
 

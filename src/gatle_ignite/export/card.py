@@ -6,7 +6,7 @@ import platform
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from importlib import metadata
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Optional
 
 import torch
@@ -19,6 +19,7 @@ from gatle_ignite.export.verify import flat_tensors
 from gatle_ignite.redaction import config_payload
 from gatle_ignite.run import identity
 from gatle_ignite.run.manifest import Manifest
+from gatle_ignite.run.storage import place_of
 
 __all__ = ["CARD", "Artefact", "write_card"]
 
@@ -42,7 +43,8 @@ class Artefact:
 
 def _manifest(save_dir) -> Optional[Manifest]:
     try:
-        return Manifest.read(save_dir)
+        # A URL's run.json is in its read cache, where loading the checkpoint put it.
+        return Manifest.read(place_of(save_dir).path)
     except (OSError, ValueError, TypeError):
         return None
 
@@ -68,9 +70,10 @@ def _run_line(cfg, manifest: Optional[Manifest]) -> str:
 
 
 def _checkpoint_line(source: Source, manifest: Optional[Manifest]) -> str:
-    entry = manifest.entry(source.checkpoint.name) if manifest is not None else None
+    name = PurePosixPath(str(source.checkpoint)).name
+    entry = manifest.entry(name) if manifest is not None else None
     epoch = f" (epoch {entry.epoch})" if entry is not None and entry.epoch is not None else ""
-    sharded = ", sharded: consolidated" if source.checkpoint.is_dir() else ""
+    sharded = ", sharded: consolidated" if name.endswith(".dcp") else ""
     return f"`{source.checkpoint}`{epoch}{sharded}"
 
 

@@ -9,7 +9,8 @@ computes). The model is exported in float32 on the CPU: autocast is not part of 
 
 import itertools
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
+from typing import Union
 
 import torch
 
@@ -35,7 +36,7 @@ class Source:
 
     model: torch.nn.Module
     inputs: dict
-    checkpoint: Path
+    checkpoint: Union[Path, str]
     # "eval" or "raw": which weights the model holds.
     weights: str
     # Whether the task's eval_context swaps other weights in (an EMA).
@@ -61,9 +62,11 @@ def load_source(cfg, ckpt: str, weights: str, dynamic=()) -> Source:
     cfg.activation_checkpointing = []
     Trainer = import_entrypoint(cfg.main_runner, "Trainer", field="main_runner")
     trainer = Trainer(0, cfg).setup()
-    checkpoint = Path(load_eval_checkpoint(trainer))
-    if checkpoint.is_dir():
-        print(f"CONSOLIDATED: the shards of {checkpoint.name} loaded as one whole model")
+    # A Path, or on object storage the checkpoint's URL.
+    checkpoint = load_eval_checkpoint(trainer)
+    name = PurePosixPath(str(checkpoint)).name
+    if name.endswith(".dcp"):
+        print(f"CONSOLIDATED: the shards of {name} loaded as one whole model")
     spec = _example_spec(trainer)
     batches = _sampled_inputs(trainer, spec)
     swapped = _choose_weights(trainer, spec, weights)

@@ -40,6 +40,7 @@ from gatle_ignite.run.loading import (
 )
 from gatle_ignite.run.lock import RunLock
 from gatle_ignite.run.manifest import Manifest
+from gatle_ignite.run.storage import Place, StorageError, is_url, place_of, staging_dir
 from gatle_ignite.utils.dist import rank_zero_print
 from gatle_ignite.utils.train_command import under_train_command
 
@@ -81,7 +82,7 @@ def entry_for(path: Path, progress: Optional[tuple] = None) -> Entry:
     return entry
 
 
-def _placed(path: Path) -> Optional[Entry]:
+def _placed(place: Place, name: str, is_dir: bool) -> Optional[Entry]:
     """The entry of a checkpoint in a directory without an index (a 0.4 run, or a damaged
     ``run.json``), where the files are all there is; None when it vanished since it was listed
     (rotated out by a run training there).
@@ -89,34 +90,35 @@ def _placed(path: Path) -> Optional[Entry]:
     A sharded directory is placed by its name alone: only the checkpoint a command picks has
     its metadata read, through the safe reader.
     """
-    if path.is_dir():
-        return entry_for(path)
+    if is_dir:
+        return entry_for(Path(name))
     try:
-        return entry_for(path, read_origin(path).progress)
+        return entry_for(Path(name), read_origin(place.readable(name)).progress)
     except VanishedCheckpoint:
         return None
     except (UnreadableCheckpoint, ConfigError):
-        return entry_for(path)
+        return entry_for(Path(name))
 
 
-def _run_wrote(path: Path, manifest: Manifest) -> Optional[Entry]:
+def _run_wrote(place: Place, name: str, manifest: Manifest) -> Optional[Entry]:
     """The entry of a checkpoint the run's index does not list, when it records the run's id:
     the run wrote it and was killed before indexing it. Any other file (copied or planted
     there) is the run's no more than its name says: it is named in a warning and left as it
     is, never ranked, resumed from or adopted. None for those, and for a file that vanished
     since it was listed; one that holds code is refused (``ConfigError``), as anywhere."""
     try:
-        origin = read_origin(path)
+        origin = read_origin(place.readable(name))
     except VanishedCheckpoint:
         return None
     except UnreadableCheckpoint as error:
         why = f"it does not load ({error.reason})"
     else:
         if origin.run_id == manifest.run_id:
-            return entry_for(path, origin.progress)
+            return entry_for(Path(name), origin.progress)
         why = f"it records {f'run {origin.run_id}' if origin.run_id else 'no run'}"
     warnings.warn(
-        f"{path} is no checkpoint of run {manifest.run_id}: its {MANIFEST_FILE} does not index "
+        f"{place.shown(name)} is no checkpoint of run {manifest.run_id}: its {MANIFEST_FILE} "
+        f"does not index "
         f"it and {why}. It is left as it is, never ranked, resumed from or adopted.",
         stacklevel=4,
     )
@@ -126,7 +128,7 @@ def _run_wrote(path: Path, manifest: Manifest) -> Optional[Entry]:
 def unindexed_files(save_dir, manifest: Manifest) -> list:
     """The names of the checkpoint files in ``save_dir`` that ``manifest`` does not index."""
     indexed = {entry.file for entry in manifest.checkpoints}
-    return [path.name for path in checkpoint_files(save_dir) if path.name not in indexed]
+    return [name for name in place_of(save_dir).checkpoint_names() if name not in indexed]
 
 
 def indexed_view(save_dir, manifest: Optional[Manifest], wanted=None) -> list:
@@ -136,18 +138,19 @@ def indexed_view(save_dir, manifest: Optional[Manifest], wanted=None) -> list:
     run's id (see ``_run_wrote``). ``wanted(entry)``, given, says by its name which unlisted
     file is worth opening to place it; the others are left out unread.
     """
-    on_disk = {p.name: p for p in checkpoint_files(save_dir)}
+    place = place_of(save_dir)
+    on_disk = place.checkpoint_names()
     known = [e for e in (manifest.checkpoints if manifest else []) if e.file in on_disk]
     indexed = {e.file for e in known}
     unlisted = [
-        path
-        for name, path in on_disk.items()
+        name
+        for name in on_disk
         if name not in indexed and (wanted is None or wanted(parse_checkpoint_name(name)))
     ]
     if manifest is None:
-        adopted = [_placed(path) for path in unlisted]
+        adopted = [_placed(place, name, on_disk[name]) for name in unlisted]
     else:
-        adopted = [_run_wrote(path, manifest) for path in unlisted]
+        adopted = [_run_wrote(place, name, manifest) for name in unlisted]
     return known + [e for e in adopted if e is not None]
 
 
@@ -155,35 +158,57 @@ def _named_view(save_dir, manifest: Optional[Manifest]) -> list:
     """Every checkpoint file in ``save_dir``, indexed or not, by its index entry or its name:
     what a fresh start refuses to train over, or replaces."""
     known = {e.file: e for e in (manifest.checkpoints if manifest else [])}
-    return [known.get(path.name) or entry_for(path) for path in checkpoint_files(save_dir)]
+    names = place_of(save_dir).checkpoint_names()
+    return [known.get(name) or entry_for(Path(name)) for name in names]
 
 
 def first_loadable(save_dir, entries, map_location="cpu"):
     """``(entry, state)`` of the first entry whose file loads; damaged ones are skipped, loudly,
     and one that is gone (rotated out since it was listed) quietly: it is not there."""
+    place = place_of(save_dir)
     for entry in entries:
-        path = Path(save_dir) / entry.file
         try:
-            return entry, load_checkpoint_file(path, map_location=map_location)
+            return entry, _load_from(place, entry.file, map_location)
         except VanishedCheckpoint:
             continue
         except UnreadableCheckpoint as error:
             warnings.warn(
-                f"skipping {path}, which does not load ({error.reason}); trying the next "
-                f"checkpoint.",
+                f"skipping {place.shown(entry.file)}, which does not load ({error.reason}); "
+                f"trying the next checkpoint.",
                 stacklevel=3,
             )
     return None, None
 
 
+def _load_from(place: Place, name: str, map_location="cpu"):
+    """The checkpoint ``name`` of ``place``, its errors naming it where it is kept."""
+    try:
+        return load_checkpoint_file(place.readable(name), map_location=map_location)
+    except VanishedCheckpoint:
+        raise
+    except UnreadableCheckpoint as error:
+        if not place.remote:
+            raise
+        raise UnreadableCheckpoint(place.shown(name), error.reason) from error
+
+
+def _arrived(save_dir) -> Place:
+    """The place of ``save_dir`` with its records read (from the store, for a URL)."""
+    place = place_of(save_dir)
+    place.pull_records()
+    return place
+
+
 def latest_checkpoint(save_dir):
-    """``(path, state)`` of the furthest-trained resumable checkpoint that loads, or None."""
+    """``(path, state)`` of the furthest-trained resumable checkpoint that loads, or None; for a
+    URL the path is the checkpoint's URL."""
+    place = _arrived(save_dir)
 
     def listing() -> list:
-        entries = indexed_view(save_dir, _read_manifest(save_dir), wanted=_resumable)
+        entries = indexed_view(place, _read_manifest(place), wanted=_resumable)
         return sorted((e for e in entries if e.resumable), key=Entry.progress_key, reverse=True)
 
-    return _loaded(save_dir, listing, "latest")
+    return _loaded(place, listing, "latest")
 
 
 def eval_checkpoint(save_dir, which: str, prefix: str = "valid_"):
@@ -194,6 +219,9 @@ def eval_checkpoint(save_dir, which: str, prefix: str = "valid_"):
     """
     if which == "latest":
         return latest_checkpoint(save_dir)
+    if is_url(which):
+        folder, name = which.rstrip("/").rsplit("/", 1)
+        return which, _load_named(place_of(folder), name)
     if which != "best":
         path = Path(which)
         if not path.exists():
@@ -202,18 +230,19 @@ def eval_checkpoint(save_dir, which: str, prefix: str = "valid_"):
             )
         if _is_run_directory(path):
             raise _run_directory_error(path, save_dir)
-        return path, _load_named(path)
+        return path, _load_named(place_of(path.parent), path.name)
     engine = prefix[:-1] if prefix.endswith("_") else prefix
+    place = _arrived(save_dir)
 
     def ours(entry: Entry) -> bool:
         return entry.kind == "best" and entry.engine == engine
 
     def listing() -> list:
-        bests = [e for e in indexed_view(save_dir, _read_manifest(save_dir), ours) if ours(e)]
+        bests = [e for e in indexed_view(place, _read_manifest(place), ours) if ours(e)]
         bests.sort(key=lambda e: (e.score if e.score is not None else -math.inf, e.progress_key()))
         return list(reversed(bests))
 
-    return _loaded(save_dir, listing, "best")
+    return _loaded(place, listing, "best")
 
 
 def _resumable(entry: Entry) -> bool:
@@ -246,29 +275,37 @@ def _run_directory_error(path: Path, save_dir) -> ConfigError:
 _LISTINGS = 3
 
 
-def _loaded(save_dir, listing, which: str):
+def _loaded(place: Place, listing, which: str):
     """The first checkpoint of ``listing()`` that loads; None when there are none, and a config
     error when every one is damaged, which is not the same as a run without checkpoints."""
     for _attempt in range(_LISTINGS):
         entries = listing()
-        entry, state = first_loadable(save_dir, entries)
+        entry, state = first_loadable(place, entries)
         if entry is not None:
-            return Path(save_dir) / entry.file, state
-        if all((Path(save_dir) / e.file).exists() for e in entries):
+            return _shown_path(place, entry.file), state
+        if all(place.exists(e.file) for e in entries):
             break
     if entries:
+        where = place.shown()
         raise ConfigError(
-            f"no {which!r} checkpoint in {save_dir} can be loaded: the {len(entries)} there are "
+            f"no {which!r} checkpoint in {where} can be loaded: the {len(entries)} there are "
             f"damaged (each is named in a warning above).\n"
-            f"  Restore a good copy into {save_dir}, or name another checkpoint file "
+            f"  Restore a good copy into {where}, or name another checkpoint file "
             f"(gatle-ignite eval --ckpt PATH)."
         )
     return None
 
 
-def _load_named(path: Path):
+def _shown_path(place: Place, name: str):
+    """A checkpoint as callers get it: a Path on this machine, the URL on a store (a Path
+    would collapse its '//')."""
+    return place.shown(name) if place.remote else place.path / name
+
+
+def _load_named(place: Place, name: str):
+    path = place.shown(name)
     try:
-        return load_checkpoint_file(path)
+        return _load_from(place, name)
     except UnreadableCheckpoint as error:
         raise ConfigError(
             f"cannot load {path}: {error.reason}.\n"
@@ -278,11 +315,12 @@ def _load_named(path: Path):
 
 
 def _read_manifest(save_dir) -> Optional[Manifest]:
+    place = place_of(save_dir)
     try:
-        return Manifest.read(save_dir)
+        return Manifest.read(place.path)
     except (ValueError, TypeError) as error:
         warnings.warn(
-            f"{Path(save_dir) / MANIFEST_FILE} cannot be read ({error}); rebuilding the run's "
+            f"{place.shown(MANIFEST_FILE)} cannot be read ({error}); rebuilding the run's "
             f"index from the checkpoint files.",
             stacklevel=3,
         )
@@ -301,8 +339,19 @@ class RunDirectory:
         self.cfg = cfg
         self.payload = payload
         self.defaults = defaults
-        self.path = Path(cfg.save_dir)
-        self.lock = RunLock(self.path)
+        if is_url(cfg.save_dir):
+            from gatle_ignite.run.storage.lease import Lease
+
+            # Everything is written in a staging directory here and published to the URL.
+            self.place = place_of(cfg.save_dir, local=staging_dir(cfg.save_dir))
+            self.lock = Lease(self.place)
+            self.place.guard = self.lock.check
+        else:
+            self.place = place_of(cfg.save_dir)
+            self.lock = RunLock(self.place.path)
+        self.path = self.place.path
+        # How messages name the directory: its path, or its URL.
+        self.where = self.place.shown()
         # A trainer built by a script and dropped without fit() lets go of the directory.
         weakref.finalize(self, self.lock.release)
         self.manifest: Optional[Manifest] = None
@@ -341,20 +390,22 @@ class RunDirectory:
 
     def _decide(self) -> Plan:
         self.lock.acquire()
+        if self.place.remote:
+            self.place.arrive()
         found = _read_manifest(self.path)
         payload = self.payload
         if not self.cfg.resume:
-            entries = _named_view(self.path, found)
+            entries = _named_view(self.place, found)
             beside = self._beside_another_run() if entries else None
             if beside is not None:
                 return self._scratch(found, entries, beside)
             if entries:
                 self._replace_or_refuse(found, entries)
             return self._start(payload)
-        entries = indexed_view(self.path, found)
+        entries = indexed_view(self.place, found)
         if not entries:
             warnings.warn(
-                f"resume=True but {self.path} has no {LATEST_PREFIX}* or {LATEST_ITER_PREFIX}* "
+                f"resume=True but {self.where} has no {LATEST_PREFIX}* or {LATEST_ITER_PREFIX}* "
                 f"checkpoint, so the run starts from scratch.",
                 stacklevel=5,
             )
@@ -381,7 +432,7 @@ class RunDirectory:
         it may train, but it writes nothing here."""
         found = manifest.describe() if manifest else f"{len(entries)} checkpoint(s) of a run"
         warnings.warn(
-            f"save_dir {self.path} holds {found}; {why}, so it trains without writing anything "
+            f"save_dir {self.where} holds {found}; {why}, so it trains without writing anything "
             f"there (no checkpoint, run.json, config.json, metrics.csv or TensorBoard file), and "
             f"that run stays as it is.",
             stacklevel=5,
@@ -392,22 +443,22 @@ class RunDirectory:
         for leftover in self.path.iterdir():
             if is_staging(leftover):
                 remove_quietly(leftover)
+        if self.place.remote:
+            self.place.remove_interrupted_writes()
 
     def _replace_or_refuse(self, manifest: Optional[Manifest], entries: list) -> None:
         found = manifest.describe() if manifest else f"{len(entries)} checkpoint(s) of a run"
         if not self.cfg.get("replace_run", False):
             raise ConfigError(
-                f"save_dir {self.path} already holds {found}, and this is a fresh run "
+                f"save_dir {self.where} already holds {found}, and this is a fresh run "
                 f"(resume=False).\n"
                 f"  Continue that run with --override resume=True, or replace it (deleting its "
                 f"checkpoints) with --override replace_run=True, or give this run another "
                 f"save_dir."
             )
-        doomed = [self.path / e.file for e in entries]
-        doomed += [self.path / name for name in (MANIFEST_FILE, CONFIG_FILE, *OWNED_LOGS)]
-        for path in doomed:
-            remove_quietly(path)
-        rank_zero_print(f"REPLACED {found} in {self.path}: deleted {len(entries)} checkpoint(s).")
+        for name in [e.file for e in entries] + [MANIFEST_FILE, CONFIG_FILE, *OWNED_LOGS]:
+            self.place.remove(name)
+        rank_zero_print(f"REPLACED {found} in {self.where}: deleted {len(entries)} checkpoint(s).")
 
     def _start(self, payload: dict) -> Plan:
         self.manifest = Manifest.new(self.cfg.name, payload, identity.fingerprint(payload))
@@ -426,7 +477,12 @@ class RunDirectory:
         self.manifest.state = "running"
         self.manifest.stop_reason = ""
         self.lock.note_holder()
-        self.manifest.write(self.path)
+        self._write_manifest()
+
+    def _write_manifest(self, last_word: bool = False) -> None:
+        """Write run.json, and publish it with the records it describes (a remote place)."""
+        self.manifest.write(self.path, last_word=last_word)
+        self.place.publish_records()
 
     def _adopt(self, found: Optional[Manifest], entries: list, payload: dict) -> Manifest:
         """The run's manifest, made from its files when it has none (a 0.4 run directory)."""
@@ -434,7 +490,7 @@ class RunDirectory:
             recorded = recorded_config(self.path)
             if recorded is None:
                 warnings.warn(
-                    f"{self.path} has no record of the config its run was started with, so "
+                    f"{self.where} has no record of the config its run was started with, so "
                     f"this resume cannot check what changed.",
                     stacklevel=6,
                 )
@@ -450,13 +506,13 @@ class RunDirectory:
         length = engine.get("epoch_length") or manifest.epoch_length
         iteration = engine.get("iteration", entry.iteration) or 0
         self._check_max_epochs(iteration, length)
-        self._loaded = (str(self.path / entry.file), state)
+        self._loaded = (self.place.shown(entry.file), state)
         finished = self._finished(manifest, payload, iteration, length)
         if finished:
             if stale:
                 self._repair(manifest, iteration, length)
             self.lock.release()
-            return Plan("nothing", message=finished, checkpoint=str(self.path / entry.file))
+            return Plan("nothing", message=finished, checkpoint=self.place.shown(entry.file))
         if accepted:
             manifest.accepted_changes.append({"iteration": iteration, "changes": accepted})
             manifest.config = payload
@@ -468,7 +524,7 @@ class RunDirectory:
         self._begin()
         return Plan(
             "resume",
-            checkpoint=str(self.path / entry.file),
+            checkpoint=self.place.shown(entry.file),
             accepted=sorted(accepted),
             checkpoints=list(manifest.checkpoints),
             run_id=manifest.run_id,
@@ -482,9 +538,9 @@ class RunDirectory:
         )
         if change:
             warnings.warn(
-                f"resuming run '{manifest.name}' in {self.path} on other code than it began "
+                f"resuming run '{manifest.name}' in {self.where} on other code than it began "
                 f"with: {change}. Its weights are trained by both; `gatle-ignite runs "
-                f"{self.path} --provenance` shows the code of each start.",
+                f"{self.where} --provenance` shows the code of each start.",
                 stacklevel=5,
             )
         manifest.provenance.append(started)
@@ -493,23 +549,23 @@ class RunDirectory:
         """``(entry, state)`` to resume from: the furthest-trained resumable checkpoint that
         loads, or else the furthest best file holding a whole training state (a kill or a full
         disk came between an epoch's best and latest writes)."""
-        entry, state = first_loadable(self.path, manifest.resumable_newest_first())
+        entry, state = first_loadable(self.place, manifest.resumable_newest_first())
         if entry is not None:
             return entry, state
         bests = [e for e in manifest.checkpoints if e.kind == "best"]
         for best in sorted(bests, key=Entry.progress_key, reverse=True):
-            entry, state = first_loadable(self.path, [best])
+            entry, state = first_loadable(self.place, [best])
             if entry is not None and "trainer" in state:
                 warnings.warn(
                     f"no {LATEST_PREFIX}* or {LATEST_ITER_PREFIX}* checkpoint of the run in "
-                    f"{self.path} loads; resuming from its best file {entry.file}, which holds "
+                    f"{self.where} loads; resuming from its best file {entry.file}, which holds "
                     f"the whole training state at its epoch's end.",
                     stacklevel=6,
                 )
                 return entry, state
         held = ", ".join(e.file for e in bests) or "none"
         raise ConfigError(
-            f"resume=True but no checkpoint in {self.path} can be resumed from: no "
+            f"resume=True but no checkpoint in {self.where} can be resumed from: no "
             f"{LATEST_PREFIX}* or {LATEST_ITER_PREFIX}* file loads, and no best file holds a "
             f"training state (best files: {held}; see the warnings above).\n"
             f"  Replace the run with --override resume=False --override replace_run=True "
@@ -571,7 +627,7 @@ class RunDirectory:
         reached = math.ceil(iteration / length)
         if self.cfg.max_epochs < reached:
             raise ConfigError(
-                f"max_epochs={self.cfg.max_epochs}, but the run in {self.path} already trained "
+                f"max_epochs={self.cfg.max_epochs}, but the run in {self.where} already trained "
                 f"into epoch {reached} (iteration {iteration}).\n"
                 f"  Resume with max_epochs >= {reached}, or start a new run from its weights "
                 f"in another save_dir with model_checkpoint_dir=<one of its checkpoints>."
@@ -581,7 +637,7 @@ class RunDirectory:
         """Why there is nothing to train, or None when the resume has work to do."""
         if manifest.state == "pruned":
             return (
-                f"NOTHING TO DO: the run in {self.path} was pruned by its sweep "
+                f"NOTHING TO DO: the run in {self.where} was pruned by its sweep "
                 f"({manifest.stop_reason}), which makes it finished.{_best_line(manifest)}\n"
                 f"  To train it further, start a new run from its weights in another save_dir "
                 f"with model_checkpoint_dir=<its latest checkpoint>."
@@ -592,14 +648,14 @@ class RunDirectory:
         best = _best_line(manifest)
         if epochs >= self.cfg.max_epochs:
             return (
-                f"NOTHING TO DO: the run in {self.path} has trained all {epochs} of its "
+                f"NOTHING TO DO: the run in {self.where} has trained all {epochs} of its "
                 f"max_epochs.{best}\n  Raise max_epochs to train it further; the learning-rate "
                 f"schedule keeps its length unless you add "
                 f"--override \"accept_changes=['max_epochs']\"."
             )
         if manifest.state == "early-stopped" and not _patience_changed(manifest.config, payload):
             return (
-                f"NOTHING TO DO: the run in {self.path} stopped early at epoch {epochs} "
+                f"NOTHING TO DO: the run in {self.where} stopped early at epoch {epochs} "
                 f"({manifest.stop_reason}).{best}\n"
                 f"  Raise early_stop_patience (or set it to 0) to train it further."
             )
@@ -612,10 +668,11 @@ class RunDirectory:
         manifest.max_epochs = self.cfg.max_epochs
         manifest.epoch_length = length
         manifest.trained_iteration, manifest.trained_epoch = iteration, iteration // length
-        where = self.path / MANIFEST_FILE
+        where = self.place.shown(MANIFEST_FILE)
         try:
             manifest.write(self.path)
-        except (OSError, ConfigError) as error:
+            self.place.publish_records()
+        except (OSError, ConfigError, StorageError) as error:
             warnings.warn(
                 f"{where} still says the run is running, and cannot be corrected ({error}).",
                 stacklevel=6,
@@ -636,7 +693,9 @@ class RunDirectory:
         if self._loaded is not None:
             loaded, self._loaded = self._loaded, None
             return loaded
-        return self.plan.checkpoint, load_checkpoint_file(self.plan.checkpoint)
+        checkpoint = self.plan.checkpoint
+        name = checkpoint.rsplit("/", 1)[-1] if self.place.remote else Path(checkpoint).name
+        return checkpoint, _load_from(self.place, name)
 
     # ---- while training: the index (rank 0) ----
 
@@ -647,7 +706,11 @@ class RunDirectory:
             entry.score = float(metadata["priority"])
         self.manifest.record(entry, removed)
         self._note_progress(trainer)
-        self.manifest.write(self.path)
+        self._write_manifest()
+
+    def shown(self, checkpoint) -> Optional[str]:
+        """How a message names a checkpoint file this run wrote (its URL, on a store)."""
+        return self.place.shown(Path(checkpoint).name) if checkpoint else checkpoint
 
     def note_lr_groups(self, names: list) -> None:
         """Record the param groups' names (rank 0), written with the run's next record."""
@@ -680,7 +743,7 @@ class RunDirectory:
             self._note_progress(trainer)
         if state in ("completed", "early-stopped"):
             self._drop_recovered_interruptions()
-        self.manifest.write(self.path, last_word=True)
+        self._write_manifest(last_word=True)
 
     def release(self) -> None:
         """Let the next process in."""
@@ -704,7 +767,7 @@ class RunDirectory:
             and not (every and e.iteration % every == 0)
         ]
         for entry in stale:
-            remove_quietly(self.path / entry.file)
+            self.place.remove(entry.file)
         self.manifest.forget(entry.file for entry in stale)
 
 

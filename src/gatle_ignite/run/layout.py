@@ -15,6 +15,7 @@ __all__ = [
     "CONFIG_FILE",
     "LATEST_ITER_PREFIX",
     "LATEST_PREFIX",
+    "LEASE_FILE",
     "LOCK_FILE",
     "MANIFEST_FILE",
     "METRICS_FILE",
@@ -26,6 +27,7 @@ __all__ = [
     "find_best_checkpoint",
     "find_latest_checkpoint",
     "find_resume_checkpoints",
+    "is_staged_name",
     "is_staging",
     "parse_checkpoint_name",
     "resolve_eval_checkpoint",
@@ -42,6 +44,8 @@ CHECKPOINT_EXTENSIONS = (".pt", ".dcp")
 
 MANIFEST_FILE = "run.json"
 LOCK_FILE = "run.lock"
+# On object storage, where no file can be locked: the lease a writing run holds and renews.
+LEASE_FILE = "run.lease"
 CONFIG_FILE = "config.json"
 METRICS_FILE = "metrics.csv"
 # The profiler's traces (the `profile` field).
@@ -136,6 +140,14 @@ def staging_path(path: Path, token: str) -> Path:
     return path.parent / f".{path.name}{_STAGING_MARK}{token}"
 
 
+def is_staged_name(name: str) -> bool:
+    """Whether ``name`` is one of the framework's staging names (nothing read but the name)."""
+    staged = _STAGED.match(name)
+    if staged is None:
+        return False
+    return staged["name"] in _STAGED_FILES or parse_checkpoint_name(staged["name"]) is not None
+
+
 def is_staging(path: Path) -> bool:
     """Whether ``path`` is what an interrupted write left behind: one of the framework's staging
     names, or a file of ignite's temporary-file pattern that holds (the start of) a checkpoint.
@@ -143,10 +155,8 @@ def is_staging(path: Path) -> bool:
     Nothing else qualifies, so a user's ``tmp_results/`` or ``.notes.partial-1`` stays.
     """
     path = Path(path)
-    staged = _STAGED.match(path.name)
-    if staged is not None:
-        name = staged["name"]
-        return name in _STAGED_FILES or parse_checkpoint_name(name) is not None
+    if _STAGED.match(path.name) is not None:
+        return is_staged_name(path.name)
     if not _LEGACY_STAGING.match(path.name) or path.is_symlink() or not path.is_file():
         return False
     try:

@@ -137,6 +137,9 @@ def load_checkpoint_file(path, map_location="cpu", mmap: bool = False):
     A sharded ``.dcp`` directory is checked (its metadata read, its shards present) and
     returned as a :class:`~gatle_ignite.run.sharded.ShardedCheckpoint`, loaded on ``restore``.
     """
+    if isinstance(path, str) and "://" in path:
+        # A sharded checkpoint at a URL, read in place by every rank.
+        return _open_sharded(path)
     path = Path(path)
     if path.is_dir():
         return _open_sharded(path)
@@ -190,7 +193,7 @@ def _open_sharded(path: Path):
         metadata_bytes,
     )
 
-    metadata = path / METADATA_FILE
+    metadata = f"{path}/{METADATA_FILE}" if isinstance(path, str) else path / METADATA_FILE
     try:
         return ShardedCheckpoint(path)
     except pickle.UnpicklingError as error:
@@ -204,11 +207,21 @@ def _open_sharded(path: Path):
     except DamagedMetadata as error:
         raise UnreadableCheckpoint(path, f"its metadata is damaged: {error}") from error
     except FileNotFoundError as error:
-        if not path.exists():
+        if not _still_there(path):
             raise VanishedCheckpoint(path) from error
         raise UnreadableCheckpoint(path, f"an incomplete sharded checkpoint ({error})") from error
     except (OSError, EOFError, ValueError, AttributeError, TypeError) as error:
         raise UnreadableCheckpoint(path, f"damaged ({type(error).__name__}: {error})") from error
+
+
+def _still_there(path) -> bool:
+    """Whether a sharded checkpoint (a directory, or a URL) is still where it was listed."""
+    if isinstance(path, str):
+        from gatle_ignite.run.storage import place_of
+
+        folder, name = path.rsplit("/", 1)
+        return place_of(folder).exists(name)
+    return path.exists()
 
 
 def restore(objects: dict, state, strict: bool = True) -> None:

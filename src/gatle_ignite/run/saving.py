@@ -8,7 +8,6 @@ waits only for the state's copy to host memory, and the next save waits for the 
 """
 
 import os
-import shutil
 import threading
 import uuid
 from collections.abc import Callable
@@ -22,6 +21,7 @@ from ignite.handlers import DiskSaver
 from gatle_ignite.run.filesystem import confined, save_dir_error, writing_into
 from gatle_ignite.run.host_memory import host_copy
 from gatle_ignite.run.layout import staging_path
+from gatle_ignite.run.storage import LocalPlace, Place
 from gatle_ignite.run.unchanged_state import LastWrite, snapshot
 
 __all__ = ["BackgroundWrites", "RunSaver", "host_copy", "save_atomically"]
@@ -78,13 +78,6 @@ class BackgroundWrites:
             raise error
 
 
-def _remove(path: Path) -> None:
-    if path.is_dir():
-        shutil.rmtree(path, ignore_errors=True)
-    else:
-        path.unlink(missing_ok=True)
-
-
 class RunSaver(DiskSaver):
     """ignite's DiskSaver for a run directory: staged writes, links, the index, late removal.
 
@@ -92,7 +85,8 @@ class RunSaver(DiskSaver):
     checkpoint whose state equals the run's last written file (the best file, a few handlers
     earlier in the same epoch) becomes a hard link to it instead of a second full write. A
     ``.dcp`` name is written sharded, by every rank (``process_group`` carries DCP's own
-    collectives for background writes).
+    collectives for background writes). Each finished file is published to the run's
+    ``place`` (uploaded, for a URL) before the index names it, in the background write too.
     """
 
     def __init__(
@@ -102,13 +96,17 @@ class RunSaver(DiskSaver):
         on_saved: Callable,
         writes: Optional[BackgroundWrites] = None,
         process_group=None,
+        place: Optional[Place] = None,
     ):
         super().__init__(dirname=dirname, require_empty=False)
         self._last_write = last_write
         self._on_saved = on_saved
         self._writes = writes
         self._process_group = process_group
+        self._place = place if place is not None else LocalPlace(dirname)
         self._rotated_out = []
+        # The file this save linked to (its bytes are published already), or None.
+        self._same_as = None
 
     def remove(self, filename: str) -> None:
         self._rotated_out.append(filename)
@@ -117,8 +115,11 @@ class RunSaver(DiskSaver):
         if self._writes is not None:
             self._writes.wait()
         path = Path(self.dirname) / filename
-        if path.suffix == ".dcp":
-            finish = self._save_sharded(checkpoint, path)
+        sharded = path.suffix == ".dcp"
+        if sharded:
+            # At a URL every rank writes its shard there itself: nothing is left to publish.
+            target = self._place.shown(filename) if self._place.remote else path
+            finish = self._save_sharded(checkpoint, target)
         elif idist.get_rank() == self.save_on_rank:
             finish = self._save_file(checkpoint, path)
         else:
@@ -126,12 +127,16 @@ class RunSaver(DiskSaver):
         removed, self._rotated_out = [n for n in self._rotated_out if n != filename], []
         lead = idist.get_rank() == self.save_on_rank
 
+        same_as, self._same_as = self._same_as, None
+
         def job() -> None:
             finish()
             if lead:
+                if not sharded:
+                    self._place.publish(filename, same_as=same_as)
                 self._on_saved(filename, metadata or {}, removed)
                 for name in removed:
-                    _remove(Path(self.dirname) / name)
+                    self._place.remove(name)
 
         if self._writes is not None:
             self._writes.submit(job)
@@ -140,9 +145,11 @@ class RunSaver(DiskSaver):
 
     def _save_file(self, checkpoint, path: Path) -> Callable:
         state = snapshot(checkpoint)
+        last = self._last_write.path
         if self._last_write.link_if_same(state, path):
             # The state on disk already (the best file of this epoch): a link, no copy.
             self._last_write.remember(path, state)
+            self._same_as = last.name
             return lambda: None
         if self._writes is not None:
             checkpoint = host_copy(checkpoint, self._writes.host_buffers)
@@ -154,7 +161,7 @@ class RunSaver(DiskSaver):
 
         return finish
 
-    def _save_sharded(self, checkpoint, path: Path) -> Callable:
+    def _save_sharded(self, checkpoint, path) -> Callable:
         # On first use: torch.distributed.checkpoint is a fifth of a second to import.
         from gatle_ignite.run.sharded import finish_sharded, save_sharded
 

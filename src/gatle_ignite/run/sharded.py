@@ -28,6 +28,7 @@ from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
 from gatle_ignite.run.host_memory import host_copy
 from gatle_ignite.run.layout import staging_path
 from gatle_ignite.run.sharded_metadata import entry_path, read_metadata, set_path, skeleton
+from gatle_ignite.run.storage import is_url, place_of, sharded_io
 
 __all__ = ["ShardedCheckpoint", "finish_sharded", "save_sharded", "staging_for"]
 
@@ -39,12 +40,30 @@ warnings.filterwarnings(
 )
 
 
-class _SafeReader(FileSystemReader):
+class _SafeMetadata:
+    """DCP's reader, its ``.metadata`` read by ``run.sharded_metadata``."""
+
     def read_metadata(self, *args, **kwargs):
-        metadata = read_metadata(Path(self.path))
+        metadata = read_metadata(_directory(self.path))
         if metadata.storage_meta is not None:
             metadata.storage_meta.load_id = self.load_id
         return metadata
+
+
+class _SafeReader(_SafeMetadata, FileSystemReader):
+    pass
+
+
+def _directory(path):
+    """A local directory as a Path; a URL stays text (a Path would collapse its '//')."""
+    return str(path) if is_url(str(path)) else Path(path)
+
+
+def _reader(path):
+    """The safe reader of a local directory, or of a URL through DCP's fsspec reader."""
+    if not is_url(str(path)):
+        return _SafeReader(path)
+    return type("_SafeFsspecReader", (_SafeMetadata, sharded_io().reader), {})(str(path))
 
 
 class _SafePlanner(DefaultLoadPlanner):
@@ -98,8 +117,11 @@ def _distributed() -> bool:
     return dist.is_available() and dist.is_initialized()
 
 
-def staging_for(path: Path) -> Path:
-    """The one staging name every rank agrees on for ``path``."""
+def staging_for(path):
+    """The one staging name every rank agrees on for ``path`` (a directory, or a URL)."""
+    if is_url(path):
+        folder, name = path.rsplit("/", 1)
+        return f"{folder}/{staging_path(Path(name), 'dcp').name}"
     return staging_path(path, "dcp")
 
 
@@ -113,19 +135,34 @@ def save_sharded(state: dict, path: Path, process_group=None, writes=None):
     staging = staging_for(path)
     distributed = _distributed()
     if not distributed or dist.get_rank() == 0:
-        shutil.rmtree(staging, ignore_errors=True)
+        _remove_tree(staging)
     if distributed:
         dist.barrier()
     options = {"checkpoint_id": staging, "process_group": process_group, "no_dist": not distributed}
+    if is_url(staging):
+        # Every rank writes its shard to the store itself; the coordinator the metadata last.
+        options["storage_writer"] = sharded_io().writer(staging)
     if writes is None:
         dcp.save(state, **options)
         return None
     return dcp.async_save(state, async_stager=_HostStager(writes), **options)
 
 
-def finish_sharded(path: Path) -> None:
+def _remove_tree(path) -> None:
+    if is_url(path):
+        folder, name = path.rsplit("/", 1)
+        place_of(folder).remove(name)
+    else:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def finish_sharded(path) -> None:
     """On rank 0, once DCP wrote the metadata: move the staging directory into place."""
     staging = staging_for(path)
+    if is_url(path):
+        folder, name = path.rsplit("/", 1)
+        place_of(folder).move_directory(staging.rsplit("/", 1)[1], name)
+        return
     if path.exists():
         # A name written again (a resumed epoch): the old directory steps aside first.
         old = staging_path(path, "replaced")
@@ -141,8 +178,8 @@ class ShardedCheckpoint:
     """A ``.dcp`` directory, read lazily: validated now, loaded into objects on ``restore``."""
 
     def __init__(self, path):
-        self.path = Path(path)
-        self.metadata = _SafeReader(self.path).read_metadata()
+        self.path = _directory(path)
+        self.metadata = _reader(self.path).read_metadata()
         self._top = {entry_path(self.metadata, fqn)[0] for fqn in self.metadata.state_dict_metadata}
 
     def __contains__(self, key) -> bool:
@@ -183,7 +220,7 @@ class ShardedCheckpoint:
         dcp.load(
             template,
             checkpoint_id=self.path,
-            storage_reader=_SafeReader(self.path),
+            storage_reader=_reader(self.path),
             planner=_SafePlanner(),
             no_dist=no_dist or not _distributed(),
         )

@@ -115,10 +115,29 @@ def read_metadata(directory: Path):
     return metadata
 
 
-def metadata_bytes(directory: Path) -> bytes:
-    """The ``.dcp`` ``directory``'s metadata file, read as a run directory's files are."""
+def metadata_bytes(directory) -> bytes:
+    """The ``.dcp`` ``directory``'s metadata file, read as a run directory's files are (at a
+    URL: refused past the same size)."""
+    if isinstance(directory, str):
+        size = _remote_size(directory, METADATA_FILE)
+        if size > METADATA_LIMIT:
+            raise DamagedMetadata(f"{METADATA_FILE} is {size} bytes, more than a metadata holds")
+        return _remote(directory).read_bytes(METADATA_FILE) or b""
     with _opened(directory / METADATA_FILE, METADATA_LIMIT) as handle:
         return handle.read(METADATA_LIMIT)
+
+
+def _remote(directory: str):
+    from gatle_ignite.run.storage import place_of
+
+    return place_of(directory)
+
+
+def _remote_size(directory: str, name: str) -> int:
+    size = _remote(directory).size(name)
+    if size is None:
+        raise FileNotFoundError(f"{directory}/{name}")
+    return size
 
 
 def set_path(root, path, value) -> None:
@@ -203,9 +222,16 @@ def _shard_sizes(storage: dict, directory: Path) -> dict:
                 f"which gatle-ignite never writes"
             )
         names.add(_plain_name(info.relative_path, directory))
-    missing = sorted(name for name in names if not (directory / name).exists())
+    if isinstance(directory, str):
+        # At a URL: the objects' sizes as the store lists them.
+        sizes = {name: _remote(directory).size(name) for name in names}
+        missing = sorted(name for name, size in sizes.items() if size is None)
+    else:
+        missing = sorted(name for name in names if not (directory / name).exists())
     if missing:
         raise FileNotFoundError(f"shard file(s) {missing} are missing")
+    if isinstance(directory, str):
+        return sizes
     return {name: _shard_size(directory / name) for name in names}
 
 

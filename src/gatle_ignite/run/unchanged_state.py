@@ -111,6 +111,11 @@ class LastWrite:
         self._path = None
         self._snapshot = None
 
+    @property
+    def path(self) -> Optional[Path]:
+        """The last file written."""
+        return self._path
+
     def remember(self, path: Path, state: Optional[_Snapshot]) -> None:
         self._path, self._snapshot = path, state
 

@@ -19,8 +19,10 @@ from gatle_ignite.config.validate import validate_config
 from gatle_ignite.dispatch import ConfigError
 from gatle_ignite.redaction import config_payload, redact_argv
 from gatle_ignite.run.identity import fingerprint
+from gatle_ignite.run.storage import local_dir
 from gatle_ignite.sweep.definition import Sweep, check_grid, enqueued_trials
 from gatle_ignite.sweep.record import RECORD_FILE, SweepRecord
+from gatle_ignite.sweep.remote import fetch_sweep_files
 from gatle_ignite.sweep.study import (
     JOURNAL_FILE,
     build_pruner,
@@ -59,7 +61,8 @@ def check_sweep(sweep: Sweep) -> Checked:
     enqueued = enqueued_trials(sweep)
     metric, direction = _metric(cfg, sweep)
     build_pruner(sweep.pruner, sweep.pruner_params)
-    storage = where_stored(sweep.dir, sweep.storage)
+    fetch_sweep_files(sweep.dir)
+    storage = where_stored(local_dir(sweep.dir), sweep.storage)
     record = SweepRecord.new(
         study=sweep.study or _default_study(sweep.dir),
         storage=shown_storage(storage) if sweep.storage else JOURNAL_FILE,
@@ -74,7 +77,7 @@ def check_sweep(sweep: Sweep) -> Checked:
         pruner=sweep.pruner,
         pruner_params=dict(sweep.pruner_params),
     )
-    check_directory(sweep.dir, record)
+    check_directory(local_dir(sweep.dir), record)
     return Checked(sweep, str(cfg.get("name", "") or ""), record, storage, enqueued)
 
 

@@ -16,11 +16,13 @@ from typing import Optional
 
 from gatle_ignite.dispatch import ConfigError
 from gatle_ignite.launch.budget import shares
+from gatle_ignite.run.storage import local_dir
 from gatle_ignite.sweep.checks import Checked, refuse_if_different
 from gatle_ignite.sweep.claims import scheduling
 from gatle_ignite.sweep.journal import check_journal
 from gatle_ignite.sweep.reconnect import StorageUnreachable
 from gatle_ignite.sweep.record import RECORD_FILE, SweepRecord
+from gatle_ignite.sweep.remote import publish_sweep_files, sweep_lease
 from gatle_ignite.sweep.study import (
     build_pruner,
     build_sampler,
@@ -53,17 +55,26 @@ def run_sweep(checked: Checked, say=None) -> SweepResult:
     """Run ``checked`` until its study holds ``trials`` finished trials, or it is stopped."""
     say = say or _say()
     sweep = checked.sweep
-    if "journal" in checked.storage:
-        Path(sweep.dir).mkdir(parents=True, exist_ok=True)
-        check_journal(checked.storage["journal"])
-    # A server that cannot be reached is refused before the directory is made.
-    storage = open_storage(checked.storage, sweep.storage_retry)
-    Path(sweep.dir).mkdir(parents=True, exist_ok=True)
-    try:
-        study, record = _open_study(checked, storage)
-    except StorageUnreachable as error:
-        return SweepResult(1, _storage_lost(str(error)), {}, None, checked.record)
-    run = SweepRun(_with_record(checked, record), study, say)
+    journal = "journal" in checked.storage
+    with sweep_lease(sweep.dir, journal):
+        if journal:
+            local_dir(sweep.dir).mkdir(parents=True, exist_ok=True)
+            check_journal(checked.storage["journal"])
+        # A server that cannot be reached is refused before the directory is made.
+        storage = open_storage(checked.storage, sweep.storage_retry)
+        local_dir(sweep.dir).mkdir(parents=True, exist_ok=True)
+        try:
+            study, record = _open_study(checked, storage)
+        except StorageUnreachable as error:
+            return SweepResult(1, _storage_lost(str(error)), {}, None, checked.record)
+        publish_sweep_files(sweep.dir)
+        result = _run_workers(SweepRun(_with_record(checked, record), study, say))
+        publish_sweep_files(sweep.dir)
+        return result
+
+
+def _run_workers(run: SweepRun) -> SweepResult:
+    sweep, say = run.sweep, run.say
     say(_header(run))
     workers = [Worker(run, index, share) for index, share in enumerate(shares(sweep.workers))]
     with _stop_signals(run):
@@ -98,8 +109,9 @@ def _open_study(checked: Checked, storage):
     sweep, asked = checked.sweep, checked.record
     sampler = build_sampler(sweep.sampler, sweep.space())
     pruner = build_pruner(sweep.pruner, sweep.pruner_params)
-    with scheduling(sweep.dir), quiet_optuna():
-        found = SweepRecord.read(sweep.dir)
+    here = local_dir(sweep.dir)
+    with scheduling(here), quiet_optuna():
+        found = SweepRecord.read(here)
         exists = _study_exists(storage, asked.study)
         if found is None and exists:
             raise ConfigError(
@@ -110,12 +122,12 @@ def _open_study(checked: Checked, storage):
                 f"machines share); to start another, give it a new --study name."
             )
         if found is not None:
-            refuse_if_different(sweep.dir, found, asked)
+            refuse_if_different(here, found, asked)
         record = found or asked
         # What may change from one command to the next is this command's.
         for name in ("trials", "sampler", "pruner", "pruner_params"):
             setattr(record, name, getattr(asked, name))
-        record.write(sweep.dir)
+        record.write(here)
         if exists:
             study = optuna.load_study(
                 study_name=record.study, storage=storage, sampler=sampler, pruner=pruner
@@ -158,7 +170,7 @@ def _header(run: SweepRun) -> str:
     sweep, record = run.sweep, run.record
     space = ", ".join(f"{key}={text}" for key, text in record.params.items())
     where = (
-        "journal " + str(Path(sweep.dir) / "study.journal")
+        "journal " + str(local_dir(sweep.dir) / "study.journal")
         if sweep.storage is None
         else (shown_storage(run.checked.storage))
     )

@@ -21,6 +21,7 @@ from gatle_ignite.redaction import redact_argv
 from gatle_ignite.run.layout import MANIFEST_FILE
 from gatle_ignite.run.lock import RunLock
 from gatle_ignite.run.manifest import Manifest
+from gatle_ignite.run.storage import is_url, place_of
 from gatle_ignite.trainer.lifecycle import EXIT_DIVERGED
 from gatle_ignite.trainer.preemption import EXIT_PREEMPTED, signal_name
 
@@ -46,7 +47,10 @@ def trial_name(number: int) -> str:
     return f"{TRIAL_PREFIX}{number:04d}"
 
 
-def trial_dir(sweep_dir, number: int) -> Path:
+def trial_dir(sweep_dir, number: int):
+    """A trial's save_dir: a Path, or below a URL sweep directory a URL."""
+    if is_url(sweep_dir):
+        return f"{sweep_dir.rstrip('/')}/{trial_name(number)}"
     return Path(sweep_dir) / trial_name(number)
 
 
@@ -133,6 +137,9 @@ def record_failure(save_dir, reason: str) -> None:
     """Record a trial the sweep fails as failed in its ``run.json``, when its process ended
     without saying how (a SIGKILL, the OOM killer): ``status`` then agrees with the study, which
     never resumes a failed trial."""
+    if is_url(save_dir):
+        # Its lease runs out instead, and status calls it interrupted.
+        return
     found = _manifest(save_dir)
     if found is None or found.state != "running":
         return
@@ -158,8 +165,10 @@ def record_failure(save_dir, reason: str) -> None:
 
 
 def _manifest(save_dir) -> Optional[Manifest]:
+    place = place_of(save_dir)
     try:
-        return Manifest.read(save_dir)
+        place.pull_records()
+        return Manifest.read(place.path)
     except (ValueError, TypeError):
         return None
 

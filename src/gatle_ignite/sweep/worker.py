@@ -22,10 +22,11 @@ from typing import Optional
 
 from gatle_ignite.launch.budget import Share
 from gatle_ignite.launch.world import WORLD_VARS
-from gatle_ignite.run.lock import held
+from gatle_ignite.run.storage import holder_of, is_url, local_dir, place_of
 from gatle_ignite.run.sweep_trial import TRIAL_VAR
 from gatle_ignite.sweep.claims import Claim, claim, scheduling
 from gatle_ignite.sweep.reconnect import StorageUnreachable
+from gatle_ignite.sweep.remote import publish_sweep_files
 from gatle_ignite.sweep.study import finished_states, quiet_optuna, require_optuna
 from gatle_ignite.sweep.trial import (
     Outcome,
@@ -206,7 +207,7 @@ class Worker:
         """A Job, ``"wait"`` (every trial is started, some run elsewhere) or None (done)."""
         run = self.run
         optuna = require_optuna()
-        with scheduling(run.sweep.dir), quiet_optuna():
+        with scheduling(local_dir(run.sweep.dir)), quiet_optuna():
             trials = run.study.get_trials(deepcopy=False)
             if sum(t.state in finished_states() for t in trials) >= run.sweep.trials:
                 return None
@@ -225,7 +226,7 @@ class Worker:
 
     def _take_orphan(self, trial) -> Optional[Job]:
         optuna = require_optuna()
-        held_claim = claim(self.run.sweep.dir, trial.number)
+        held_claim = claim(local_dir(self.run.sweep.dir), trial.number)
         if held_claim is None:
             return None
         # Told and released between the listing and this claim: not an orphan any more.
@@ -237,7 +238,7 @@ class Worker:
 
     def _ask(self) -> Job:
         trial = self.run.study.ask()
-        held_claim = claim(self.run.sweep.dir, trial.number)
+        held_claim = claim(local_dir(self.run.sweep.dir), trial.number)
         if held_claim is None:  # only a process that ignores the scheduling lock gets here
             raise RuntimeError(f"the claim of new trial {trial.number} is held by another process")
         trial.set_user_attr("dir", trial_name(trial.number))
@@ -282,6 +283,7 @@ class Worker:
                 raise
         finally:
             job.claim.release()
+            publish_sweep_files(run.sweep.dir)
 
     def _wait_for_leftovers(self, job: Job, save_dir) -> bool:
         """Wait until no process of a dead worker trains the trial; False when stopped first."""
@@ -290,7 +292,7 @@ class Worker:
         same_host = previous.get("host") == socket.gethostname()
         while not self.run.stop.is_set():
             alive = same_host and child is not None and _alive(child)
-            if not alive and not held(save_dir):
+            if not alive and holder_of(place_of(save_dir)) is None:
                 return True
             self.run.stop.wait(POLL_S / 4)
         return False
@@ -332,7 +334,7 @@ class Worker:
                 "study": run.record.study,
                 "trial_id": job.trial_id,
                 "trial": job.number,
-                "sweep_dir": os.path.abspath(run.sweep.dir),
+                "sweep_dir": _shown_dir(run.sweep.dir),
                 "params": job.params,
                 "metric": run.record.metric,
                 "pruner": run.sweep.pruner,
@@ -403,6 +405,10 @@ class Worker:
         except ValueError:
             return ""
         return f" (best so far: trial {best.number}, {best.value:.5g})"
+
+
+def _shown_dir(sweep_dir) -> str:
+    return sweep_dir if is_url(sweep_dir) else os.path.abspath(sweep_dir)
 
 
 def _fail_reason(outcome: Outcome) -> str:

@@ -19,6 +19,7 @@ from gatle_ignite.enhancements.compile import check_build_model_override, compil
 from gatle_ignite.enhancements.early_stop import build_early_stoppers
 from gatle_ignite.optimizers.grouping import param_group_names
 from gatle_ignite.run.directory import RunDirectory
+from gatle_ignite.run.storage import is_url
 from gatle_ignite.schedulers import attach_scheduler, prep_scheduler
 from gatle_ignite.specs import EVAL_SPECS, TRAIN_SPEC
 from gatle_ignite.sweep.pruning import attach_trial
@@ -460,8 +461,12 @@ class BaseTrainer:
         # Last: a request stops the run after the iteration's or the epoch's checkpoints.
         self._preemption = PreemptionStop(
             idist.get_world_size(),
-            save_iteration=lambda engine: save_iteration_checkpoint(self, engine),
-            saved_epoch=lambda: self._latest.last_checkpoint if self._latest else None,
+            save_iteration=lambda engine: self.run_dir.shown(
+                save_iteration_checkpoint(self, engine)
+            ),
+            saved_epoch=lambda: (
+                self.run_dir.shown(self._latest.last_checkpoint) if self._latest else None
+            ),
             settle=lambda: settle_writes(self),
         )
         self._preemption.attach(trainer)
@@ -726,5 +731,8 @@ class BaseTrainer:
 
 
 def _is_empty(save_dir) -> bool:
-    """Whether ``save_dir`` is unset, absent or empty: nothing a backend could overwrite."""
+    """Whether ``save_dir`` is unset, absent or empty: nothing a backend could overwrite. A URL
+    counts as holding a run: what it holds is known once fit() has opened it."""
+    if is_url(save_dir):
+        return False
     return not save_dir or not os.path.isdir(save_dir) or not os.listdir(save_dir)

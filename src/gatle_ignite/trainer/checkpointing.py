@@ -30,6 +30,7 @@ from gatle_ignite.run.loading import (
 )
 from gatle_ignite.run.model_fit import misfit_message, recorded_changes, tensor_differences
 from gatle_ignite.run.saving import BackgroundWrites, RunSaver
+from gatle_ignite.run.storage import is_url, local_dir, place_of
 from gatle_ignite.run.unchanged_state import LastWrite
 from gatle_ignite.trainer.accepted_changes import (
     apply_accepted_changes,
@@ -151,7 +152,11 @@ class _Handlers:
         self, prefix: str, kind: str, engine: str = "", also_save=None, **options
     ) -> Checkpoint:
         cfg = self.trainer.cfg
-        saver = RunSaver(cfg.save_dir, self.last_write, self._record, self.writes, self.group)
+        run_dir = self.run_dir
+        place = run_dir.place if run_dir is not None else place_of(local_dir(cfg.save_dir))
+        saver = RunSaver(
+            place.path, self.last_write, self._record, self.writes, self.group, place=place
+        )
         to_save = {**self.to_save, **(also_save or {})}
         handler = _TimedCheckpoint(
             to_save,
@@ -443,7 +448,10 @@ def _misfit(trainer, ckpt, state) -> Optional[ConfigError]:
     if not differences:
         return None
     payload, defaults = config_payload(trainer.cfg), config_payload(base_config())
-    changes = recorded_changes(Path(ckpt).parent, payload, defaults)
+    # The run the checkpoint belongs to: its directory, or for a URL that run's read cache.
+    ckpt = str(ckpt)
+    run_dir = place_of(ckpt.rsplit("/", 1)[0]).path if is_url(ckpt) else Path(ckpt).parent
+    changes = recorded_changes(run_dir, payload, defaults)
     return ConfigError(misfit_message(ckpt, differences, changes))
 
 

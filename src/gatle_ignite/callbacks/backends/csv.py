@@ -10,6 +10,7 @@ from pathlib import Path
 
 from gatle_ignite.callbacks.logging import Backend as BaseBackend
 from gatle_ignite.run.filesystem import open_confined, write_atomically, writing_into
+from gatle_ignite.run.storage import local_dir
 
 __all__ = ["Backend"]
 
@@ -30,10 +31,10 @@ class Backend(BaseBackend):
 
     def __init__(self, cfg):
         super().__init__(cfg)
-        self.save_dir = cfg.save_dir
+        self.save_dir = local_dir(cfg.save_dir)
         with writing_into(self.save_dir):
-            os.makedirs(cfg.save_dir, exist_ok=True)
-            self.path = os.path.join(cfg.save_dir, FILE_NAME)
+            os.makedirs(self.save_dir, exist_ok=True)
+            self.path = os.path.join(self.save_dir, FILE_NAME)
             appending = bool(cfg.get("resume", False)) and os.path.exists(self.path)
             self._open("a" if appending else "w")
             if not appending or os.path.getsize(self.path) == 0:

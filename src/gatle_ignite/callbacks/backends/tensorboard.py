@@ -15,6 +15,7 @@ from gatle_ignite.callbacks.logging import Backend as BaseBackend
 from gatle_ignite.callbacks.logging import import_extra
 from gatle_ignite.redaction import config_payload
 from gatle_ignite.run.identity import bookkeeping, flatten
+from gatle_ignite.run.storage import local_dir
 from gatle_ignite.specs import EVAL_SPECS
 
 __all__ = ["GRAPH_MAX_PARAMETERS", "Backend", "hparams_of"]
@@ -54,7 +55,7 @@ class Backend(BaseBackend):
     def __init__(self, cfg):
         super().__init__(cfg)
         self.summary = import_extra("torch.utils.tensorboard", "tensorboard")
-        self.log_dir = os.path.join(cfg.save_dir, "tensorboard")
+        self.log_dir = os.path.join(local_dir(cfg.save_dir), "tensorboard")
         self.writer = self.summary.SummaryWriter(log_dir=self.log_dir)
         self._tags = {}
         self._hparams_written = False

@@ -30,6 +30,7 @@ import ignite.distributed as idist
 import torch
 from ignite.engine import Events
 
+from gatle_ignite.run.storage import local_dir
 from gatle_ignite.trainer.telemetry.devices import (
     peak_memory_mb,
     peak_tflops,
@@ -96,7 +97,9 @@ class Telemetry:
         )
         schedule = profile_schedule(cfg.get("profile", False))
         self.profiler = (
-            StepProfiler(schedule, cfg.save_dir, self.overhead) if schedule is not None else None
+            StepProfiler(schedule, local_dir(cfg.save_dir), self.overhead)
+            if schedule is not None
+            else None
         )
         self._epoch = None
         self._fetching = 0.0
