@@ -3,6 +3,7 @@
 import os
 import resource
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -22,6 +23,20 @@ from tests.toy.config import toy_config  # noqa: E402, F401  (re-exported for te
 # warning set their own count.
 torch.set_num_threads(1)
 
+# How long a child process, or a wait for what it prints or writes, may take before a test takes
+# it for hung. Not a speed check: a 2-rank run that takes 15 s on a quiet 2-core machine took
+# 10 minutes at a load of 17, and a test may take longer, never fail for it. Fifteen minutes
+# leaves that room while a real hang still fails inside CI's half hour.
+HANG_S = 900
+
+
+def free_port() -> int:
+    """A TCP port that no process listens on, as the system picks one (a random one could be
+    taken by another test run on the same machine)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
 
 def child_env(**extra) -> dict:
     """The environment for a `gatle-ignite` child process: no world inherited from a launcher
@@ -34,7 +49,7 @@ def child_env(**extra) -> dict:
     return env
 
 
-def run_gatle(*args, timeout: int = 300) -> subprocess.CompletedProcess:
+def run_gatle(*args, timeout: int = HANG_S) -> subprocess.CompletedProcess:
     """``python -m gatle_ignite ARGS`` in a child process from the source root, its output
     captured as text."""
     return subprocess.run(
@@ -66,7 +81,7 @@ def run_capped(argv: list) -> subprocess.CompletedProcess:
         env=child_env(),
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=HANG_S,
         preexec_fn=cap_memory,
     )
 
@@ -122,10 +137,25 @@ def count_stdout_writes(monkeypatch):
     return install
 
 
+@pytest.fixture(scope="module")
+def postgres():
+    """A PostgreSQL server of the module's own (tests.postgres_server), stopped after it."""
+    from tests.postgres_server import PostgresServer, find_bindir
+
+    bindir = find_bindir()
+    if bindir is None:
+        pytest.skip("PostgreSQL's initdb and pg_ctl are not installed (PG_BINDIR to point at them)")
+    server = PostgresServer(bindir).start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
 def no_process_left(group) -> bool:
-    """Whether every process of a child's session (``group``) is gone within 10 s; any left
-    are killed."""
-    deadline = time.monotonic() + 10
+    """Whether every process of a child's session (``group``) ends by itself (within HANG_S:
+    a loaded machine can take long to end them); any left then are killed."""
+    deadline = time.monotonic() + HANG_S
     while time.monotonic() < deadline:
         try:
             os.killpg(group, 0)

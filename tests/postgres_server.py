@@ -40,7 +40,8 @@ def find_bindir() -> Optional[Path]:
 
 
 class PostgresServer:
-    """One server: ``start()``, ``url(database)``, ``stop()``."""
+    """One server: ``start()``, ``url(database)``, ``stop()``; ``stop_server()`` and
+    ``start_server()`` in between restart it on the same data, as an administrator would."""
 
     def __init__(self, bindir: Path):
         self.bindir = bindir
@@ -53,7 +54,9 @@ class PostgresServer:
         argv = [str(self.bindir / command[0]), *command[1:]]
         if os.geteuid() == 0:
             argv = ["runuser", "-u", _SYSTEM_USER, "--", *argv]
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+        # No timeout of its own: on a loaded machine initdb alone can take minutes, and a hang
+        # is caught by pytest-timeout (or CI's own limit for the check below).
+        done = subprocess.run(argv, capture_output=True, text=True)
         if done.returncode != 0:
             raise RuntimeError(f"{' '.join(argv)} failed:\n{done.stdout}{done.stderr}")
         return done
@@ -65,10 +68,20 @@ class PostgresServer:
             for path in (self.root, self.socket_dir):
                 os.chown(path, entry.pw_uid, entry.pw_gid)
         self._run("initdb", "-D", str(self.data), "-U", self.user, "--auth=trust", "-E", "UTF8")
+        self.start_server()
+        return self
+
+    def start_server(self) -> None:
+        """Start the server on its data, and wait until it accepts connections."""
         options = f"-c listen_addresses='' -c unix_socket_directories='{self.socket_dir}'"
         log = self.root / "server.log"
-        self._run("pg_ctl", "-D", str(self.data), "-l", str(log), "-o", options, "-w", "start")
-        return self
+        wait = ["-w", "-t", "86400"]  # pg_ctl's own 60 s wait is too short on a loaded machine
+        self._run("pg_ctl", "-D", str(self.data), "-l", str(log), "-o", options, *wait, "start")
+
+    def stop_server(self) -> None:
+        """Stop the server as a restart does ("fast": open sessions are ended), keeping its
+        data; returns once it is down."""
+        self._run("pg_ctl", "-D", str(self.data), "-m", "fast", "-w", "-t", "86400", "stop")
 
     def create_database(self, name: str) -> str:
         self._run("createdb", "-h", str(self.socket_dir), "-U", self.user, name)

@@ -24,6 +24,7 @@ from tests.backend_fixtures import (
     use_mlflow_store,
     use_wandb_offline,
 )
+from tests.conftest import HANG_S
 from tests.toy import recording_backend
 from tests.toy.trainer import Trainer
 
@@ -180,7 +181,7 @@ def test_a_text_and_csv_run_imports_no_optional_package(tmp_path):
         "print('OPTIONAL', [m for m in names if m in sys.modules])"
     )
     out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=HANG_S
     ).stdout
     assert "OPTIONAL []" in out
     assert os.path.exists(tmp_path / "metrics.csv")

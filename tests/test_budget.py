@@ -16,6 +16,7 @@ from cli_fixtures.configs import make_config
 from gatle_ignite.cli import launch
 from gatle_ignite.launch import budget
 from gatle_ignite.launch.budget import CPUS_VAR, Share, shares
+from tests.conftest import HANG_S
 
 TESTS_DIR = Path(__file__).resolve().parent
 
@@ -134,7 +135,7 @@ def _spawned_threads(tmp_path, budgeted: bool) -> list:
     )
     env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}
     done = subprocess.run(
-        [sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=120
+        [sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=HANG_S
     )
     assert done.returncode == 0, done.stderr
     return [int(n) for n in done.stdout.split()]

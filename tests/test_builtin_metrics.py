@@ -2,7 +2,6 @@
 
 import json
 import math
-import socket
 import subprocess
 import sys
 
@@ -13,7 +12,7 @@ from ignite.engine import Engine
 
 from gatle_ignite.dispatch import ConfigError
 from gatle_ignite.metrics import accuracy, f1, mae, perplexity, precision, top_k_accuracy
-from tests.conftest import ROOT, child_env
+from tests.conftest import HANG_S, ROOT, child_env, free_port
 from tests.toy import builtin_metrics as toy
 
 IGNORE = toy.IGNORE
@@ -90,19 +89,13 @@ def test_every_builtin_metric_equals_the_hand_computation(bs):
     assert values == pytest.approx(hand, rel=1e-5)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _on_two_ranks(*args) -> dict:
     done = subprocess.run(
-        [sys.executable, "-m", "tests.toy.builtin_metrics", str(_free_port()), *args],
+        [sys.executable, "-m", "tests.toy.builtin_metrics", str(free_port()), *args],
         cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=180,
+        timeout=HANG_S,
         env=child_env(),
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
@@ -110,7 +103,6 @@ def _on_two_ranks(*args) -> dict:
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(300)
 def test_under_ddp_with_an_uneven_last_shard_every_metric_is_the_one_process_value():
     # 127 samples: rank 0 holds 64, rank 1 63, its last batch short.
     two = _on_two_ranks()

@@ -14,6 +14,7 @@ from gatle_ignite import __version__
 from gatle_ignite.cli import launch
 from gatle_ignite.cli.main import DRY_RUN_HINT, build_parser, main
 from gatle_ignite.dispatch import ConfigError
+from tests.conftest import HANG_S
 
 TESTS_DIR = Path(__file__).resolve().parent
 MISSING = "cli_fixtures.does_not_exist"
@@ -36,7 +37,7 @@ def _run_cli(*args, cwd):
         env=env,
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=HANG_S,
     )
 
 
@@ -61,7 +62,7 @@ def test_version_does_not_import_torch():
         "print(sorted(m for m in ('torch', 'ignite') if m in sys.modules))\n"
     )
     result = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=HANG_S, check=True
     )
     assert result.stdout.splitlines() == [f"gatle-ignite {__version__}", "[]"]
 

@@ -16,7 +16,7 @@ from gatle_ignite.cli.main import main
 from gatle_ignite.config.validate import validate_config
 from gatle_ignite.dispatch import ConfigError
 from gatle_ignite.specs import EngineSpec
-from tests.conftest import ROOT
+from tests.conftest import HANG_S, ROOT
 from tests.test_examples import CONFIGS as EXAMPLE_CONFIGS
 from tests.toy.trainer import Trainer as ToyTrainer
 
@@ -160,7 +160,7 @@ def test_a_real_process_exits_2_without_a_traceback(tmp_path):
         env=env,
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=HANG_S,
     )
     assert done.returncode == 2
     assert "config error: " in done.stderr and "did you mean 'max_epochs'?" in done.stderr

@@ -30,7 +30,7 @@ from gatle_ignite.run.directory import indexed_view
 from gatle_ignite.run.layout import MANIFEST_FILE
 from gatle_ignite.run.loading import load_checkpoint_file
 from gatle_ignite.run.manifest import Manifest
-from tests.conftest import ROOT, run_capped
+from tests.conftest import HANG_S, ROOT, run_capped
 from tests.toy.config_file import write_toy_config
 
 DCP_MODULE = "torch.distributed.checkpoint.filesystem"
@@ -456,7 +456,7 @@ def test_the_c_unpickler_takes_what_the_memo_index_says():
         "except MemoryError:\n"
         "    sys.exit(7)\n"
     )
-    done = subprocess.run([sys.executable, "-c", script], input=memo_bomb(), timeout=120)
+    done = subprocess.run([sys.executable, "-c", script], input=memo_bomb(), timeout=HANG_S)
     assert done.returncode == 7
 
 

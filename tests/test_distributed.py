@@ -6,20 +6,19 @@ import random
 import re
 import subprocess
 import sys
-import time
 
 import pytest
 import torch
 
 from gatle_ignite.trainer.lifecycle import EXIT_DIVERGED
-from tests.conftest import ROOT, no_process_left
+from tests.conftest import HANG_S, ROOT, free_port, no_process_left
 from tests.toy.config import toy_config
 from tests.toy.trainer import Trainer
 
-# Each test starts real processes: slow, and bounded so that a hang fails instead of blocking.
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
+# Each test starts real processes: slow, and bounded (HANG_S) so that a hang fails instead of
+# blocking; never by how long they take.
+pytestmark = pytest.mark.slow
 
-TIMEOUT = 180
 GLOO = ["--override=dist_backend='gloo'", "--override=auto_model_params.sync_bn=False"]
 
 
@@ -32,17 +31,14 @@ def _clean_env(**extra):
 
 
 def _cli(*args, env=None):
-    started = time.monotonic()
-    done = subprocess.run(
+    return subprocess.run(
         [sys.executable, "-m", "gatle_ignite", *args],
         cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=TIMEOUT,
+        timeout=HANG_S,
         env=env or _clean_env(),
     )
-    done.elapsed = time.monotonic() - started
-    return done
 
 
 def _write_config(path, **fields):
@@ -186,7 +182,9 @@ def test_a_crash_on_one_rank_ends_the_run_non_zero_with_its_traceback(tmp_path):
     assert done.returncode != 0
     assert "injected crash on rank 1 at iteration 2" in done.stdout + done.stderr
     assert "Traceback" in done.stderr
-    assert done.elapsed < 120
+    # Its peer, which would wait for it in the next collective, is killed once torch has named
+    # the rank that failed (not sent a SIGTERM, then killed 30 s later).
+    assert re.search(r"so its peers are stopped: process \d+ killed", done.stderr), done.stderr
 
 
 def test_a_rank_dying_in_teardown_after_the_run_finished_is_a_success(tmp_path):
@@ -228,10 +226,6 @@ def test_launch_many_reports_the_failed_config(tmp_path):
     assert done.stdout.rstrip().endswith("Failed configs: bad")
 
 
-def _free_port():
-    return random.randint(20000, 40000)
-
-
 def test_torchrun_is_joined_and_matches_the_self_spawned_run(tmp_path):
     fields = {"max_epochs": 2, "train_ds_params": {"n": 64, "bs": 16, "shuffle": True}}
     spawned_dir, torchrun_dir = tmp_path / "spawned", tmp_path / "torchrun"
@@ -243,7 +237,7 @@ def test_torchrun_is_joined_and_matches_the_self_spawned_run(tmp_path):
         "-m",
         "torch.distributed.run",
         "--nproc_per_node=2",
-        f"--master_port={_free_port()}",
+        f"--master_port={free_port()}",
         "-m",
         "gatle_ignite",
         "train",
@@ -251,7 +245,7 @@ def test_torchrun_is_joined_and_matches_the_self_spawned_run(tmp_path):
         *GLOO,
     ]
     done = subprocess.run(
-        command, cwd=ROOT, capture_output=True, text=True, timeout=TIMEOUT, env=_clean_env()
+        command, cwd=ROOT, capture_output=True, text=True, timeout=HANG_S, env=_clean_env()
     )
     out = _ok(done)
     assert out.count("MODEL: ") == 1 and out.count("TRAINING COMPLETE after ") == 1
@@ -294,7 +288,7 @@ def test_an_srun_job_step_is_joined(tmp_path):
     save_dir = tmp_path / "run"
     config = _write_config(tmp_path / "cfg.py", save_dir=str(save_dir), max_epochs=1)
     ranks = _srun_job_step(config)
-    outputs = [proc.communicate(timeout=TIMEOUT)[0] for proc in ranks]
+    outputs = [proc.communicate(timeout=HANG_S)[0] for proc in ranks]
     assert [proc.returncode for proc in ranks] == [0, 0], outputs
     assert [p["world_size"] for p in _probes(save_dir)] == [2, 2]
     assert "MODEL: " in outputs[0] and "MODEL: " not in outputs[1]
@@ -312,12 +306,12 @@ def test_spawning_inside_a_slurm_allocation_works(tmp_path):
 def test_run_task_returns_the_task_on_every_rank(tmp_path):
     config = _write_config(tmp_path / "cfg.py", save_dir=str(tmp_path / "run"), max_epochs=1)
     done = subprocess.run(
-        [sys.executable, "-m", "tests.toy.run_task_on_ranks", config, str(_free_port())]
+        [sys.executable, "-m", "tests.toy.run_task_on_ranks", config, str(free_port())]
         + ["auto_model_params.sync_bn=False"],
         cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=TIMEOUT,
+        timeout=HANG_S,
         env=_clean_env(),
     )
     out = _ok(done)
@@ -326,7 +320,12 @@ def test_run_task_returns_the_task_on_every_rank(tmp_path):
         assert f"rank {rank} got Trainer with a Model model after 4 iterations" in out
 
 
-STALL = {"max_epochs": 2, "dist_timeout": 5, "fault_stall_rank": 1, "fault_stall_at": 3}
+# Long enough that no live rank makes its peer wait that long, even on a loaded machine (a slow
+# start before the first collective): only the stall does.
+STALL = {"max_epochs": 2, "dist_timeout": 60, "fault_stall_rank": 1, "fault_stall_at": 3}
+# Far beyond dist_timeout and the teardown after it, yet under torch's default collective timeout
+# (30 minutes), which a run whose dist_timeout was not applied would wait out.
+STALL_ENDS_S = 25 * 60
 STALLED = "injected stall on rank 1 at iteration 3"
 
 
@@ -339,7 +338,9 @@ def _read_until(stream, text):
     raise AssertionError(f"no {text!r} before the end:\n" + "".join(lines[-30:]))
 
 
-def test_a_stalled_rank_ends_the_spawned_run_within_twice_dist_timeout(tmp_path):
+def test_a_stalled_rank_ends_the_spawned_run_by_its_dist_timeout(tmp_path):
+    """Ended by dist_timeout (within STALL_ENDS_S of the stall, not torch's default 30 minutes);
+    no tighter bound on the time, which a loaded machine stretches."""
     config = _write_config(tmp_path / "cfg.py", save_dir=str(tmp_path / "run"), **STALL)
     process = subprocess.Popen(
         [sys.executable, "-m", "gatle_ignite", "train", f"--config={config}"]
@@ -352,13 +353,10 @@ def test_a_stalled_rank_ends_the_spawned_run_within_twice_dist_timeout(tmp_path)
         start_new_session=True,
     )
     _read_until(process.stdout, STALLED)
-    stalled = time.monotonic()
-    _out, err = process.communicate(timeout=TIMEOUT)
-    elapsed = time.monotonic() - stalled
+    _out, err = process.communicate(timeout=STALL_ENDS_S)
     assert process.returncode == 69, (process.returncode, err[-3000:])
-    assert err.count("distributed timeout: rank 0 waited more than dist_timeout=5 s") == 1
+    assert err.count("distributed timeout: rank 0 waited more than dist_timeout=60 s") == 1
     assert "Traceback" not in err
-    assert elapsed < 2 * STALL["dist_timeout"], elapsed
     assert no_process_left(process.pid)
 
 
@@ -367,15 +365,12 @@ def test_a_stalled_rank_in_a_joined_world_times_its_peer_out(tmp_path):
     waiting, stalling = _srun_job_step(config, stderr=subprocess.PIPE)
     try:
         _read_until(stalling.stdout, STALLED)
-        stalled = time.monotonic()
-        _out, err = waiting.communicate(timeout=TIMEOUT)
-        elapsed = time.monotonic() - stalled
+        _out, err = waiting.communicate(timeout=STALL_ENDS_S)
     finally:
         stalling.kill()
         stalling.communicate()
     assert waiting.returncode == 69, (waiting.returncode, err[-3000:])
-    assert err.count("distributed timeout: rank 0 waited more than dist_timeout=5 s") == 1
-    assert elapsed < 2 * STALL["dist_timeout"], elapsed
+    assert err.count("distributed timeout: rank 0 waited more than dist_timeout=60 s") == 1
 
 
 def test_a_batchnorm_model_trains_on_two_cpu_processes_with_the_default_sync_bn(tmp_path):

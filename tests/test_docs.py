@@ -17,6 +17,7 @@ from gatle_ignite.config.reference import (
     LOSS_ENTRY_DOCS,
     UNDECLARED_FIELD_DOCS,
 )
+from tests.conftest import HANG_S
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
@@ -161,7 +162,6 @@ def _docs_tools_missing() -> list:
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(600)
 def test_mkdocs_build_strict(tmp_path):
     missing = _docs_tools_missing()
     if missing:
@@ -177,7 +177,7 @@ def test_mkdocs_build_strict(tmp_path):
         env=env,
         capture_output=True,
         text=True,
-        timeout=540,
+        timeout=HANG_S,
     )
     assert result.returncode == 0, f"mkdocs build --strict failed:\n{result.stderr[-6000:]}"
 

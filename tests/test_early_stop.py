@@ -9,7 +9,7 @@ import torch
 
 from gatle_ignite import ConfigError, EngineSpec
 from gatle_ignite.utils.checkpoints import find_latest_checkpoint
-from tests.conftest import ROOT
+from tests.conftest import HANG_S, ROOT
 from tests.toy.config_file import write_toy_config
 from tests.toy.trainer import Trainer
 
@@ -208,7 +208,7 @@ def test_ignites_own_stop_line_shows_only_at_verbosity_2(tmp_path, verbosity):
         cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=HANG_S,
     )
     assert done.returncode == 0, done.stderr
     assert "[early-stop] valid: no improvement for 1 evaluations" in done.stdout

@@ -12,7 +12,7 @@ import pytest
 
 from gatle_ignite import ConfigError
 from gatle_ignite.cli.main import main
-from tests.conftest import ROOT
+from tests.conftest import HANG_S, ROOT
 from tests.toy.config import toy_config
 from tests.toy.config_file import write_toy_config
 from tests.toy.trainer import Trainer
@@ -226,7 +226,7 @@ def test_ignites_info_lines_only_at_verbosity_2(tmp_path, verbosity):
         cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=HANG_S,
     )
     assert done.returncode == 0, done.stderr
     assert ("auto_dataloader" in done.stderr) == (verbosity == 2)
@@ -239,7 +239,7 @@ def test_a_framework_warning_is_its_message_without_the_code_that_raised_it(tmp_
         cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=HANG_S,
     )
     assert done.returncode == 0, done.stderr
     lines = done.stderr.splitlines()

@@ -11,7 +11,7 @@ import tokenize
 import pytest
 
 from gatle_ignite.cli.main import main
-from tests.conftest import ROOT
+from tests.conftest import HANG_S, ROOT
 
 CONFIGS = sorted(
     path.relative_to(ROOT).as_posix()
@@ -26,14 +26,14 @@ SMOKED = [c for c in CONFIGS if "/teacher_student/" not in c]
 SMOKE = ["--override=max_epochs=1", "--override=train_length=2", "--override=val_length=2"]
 
 
-def _cli(*args, timeout=300):
+def _cli(*args):
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     return subprocess.run(
         [sys.executable, "-m", "gatle_ignite", *args],
         cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=timeout,
+        timeout=HANG_S,
         env=env,
     )
 
@@ -103,13 +103,13 @@ def test_the_synthetic_example_trains_two_epochs_from_the_source_tree(tmp_path):
 def test_the_classification_example_trains_compiled(tmp_path):
     config = "--config=examples/classification/configs/classification_v0.py"
     args = [*SMOKE, "--override=compile=True", f"--override=save_dir={str(tmp_path)!r}"]
-    done = _cli("train", config, *args, timeout=600)
+    done = _cli("train", config, *args)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "TRAINING COMPLETE after " in done.stdout and "epoch 1/1 " in done.stdout
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(1500)
+@pytest.mark.timeout(4 * HANG_S)  # beyond pyproject's 20 minutes: every example in full
 def test_every_example_full_run_passes_its_own_checks():
     """``make examples``: each example trains in full, then its scripts/ checks must pass."""
     done = subprocess.run(
@@ -117,7 +117,7 @@ def test_every_example_full_run_passes_its_own_checks():
         cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=1400,
+        timeout=3 * HANG_S,  # every example, one after another two at a time
     )
     summary = done.stdout[done.stdout.rfind("example            result") :]
     assert done.returncode == 0, summary or done.stdout[-3000:] + done.stderr[-3000:]

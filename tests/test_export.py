@@ -23,7 +23,7 @@ from gatle_ignite.export.verify import flat_tensors
 from gatle_ignite.run.directory import eval_checkpoint
 from gatle_ignite.run.loading import load_weights
 from gatle_ignite.run.sharded import ShardedCheckpoint
-from tests.conftest import ROOT, child_env
+from tests.conftest import HANG_S, ROOT, child_env
 from tests.toy.config import toy_config
 from tests.toy.config_file import write_toy_config
 from tests.toy.model import Model as ToyModel
@@ -366,7 +366,7 @@ def test_an_export_removes_what_killed_exports_left_and_spares_a_live_one(tmp_pa
     config, _save_dir = _toy(tmp_path)
     live, live_staging = _staging_process(tmp_path / "other", "live")
     killed, dead_staging = _staging_process(tmp_path / "exported", "die")
-    assert killed.wait(timeout=60) == -signal.SIGKILL
+    assert killed.wait(timeout=HANG_S) == -signal.SIGKILL
     # An old DIR set aside by a --force killed before removing it: its replacement is there.
     (tmp_path / "exported").mkdir()
     set_aside = tmp_path / ".exported.replaced-00000000-1-0a1b2c3d"
@@ -385,7 +385,7 @@ def test_an_export_removes_what_killed_exports_left_and_spares_a_live_one(tmp_pa
         assert only_copy.is_dir()
     finally:
         live.kill()
-        live.wait(timeout=60)
+        live.wait(timeout=HANG_S)
 
 
 def test_an_empty_directory_is_filled_and_a_file_is_refused(tmp_path, capsys):
@@ -748,18 +748,15 @@ def _export_process(config, out):
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(300)
 def test_an_export_killed_while_writing_leaves_no_dir(tmp_path):
     config, _save_dir = _toy(tmp_path)
     out = tmp_path / "exported"
     process = _export_process(config, out)
-    deadline = time.monotonic() + 120
     while not list(tmp_path.glob(".exported.partial-*")):
         assert process.poll() is None, "the export ended before it was seen writing"
-        assert time.monotonic() < deadline
         time.sleep(0.01)
     os.killpg(process.pid, signal.SIGKILL)
-    process.wait(timeout=60)
+    process.wait(timeout=HANG_S)
     assert not out.exists() and list(tmp_path.glob(".exported.partial-*"))
     # The next export is not stopped by what the killed one left, and removes it.
     assert _export(config, [], "onnx", out) == 0
@@ -768,7 +765,6 @@ def test_an_export_killed_while_writing_leaves_no_dir(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(600)
 def test_a_checkpoint_two_ranks_sharded_exports_in_one_process(tmp_path, capsys):
     fields = {
         "save_dir": str(tmp_path / "run"),
@@ -785,7 +781,7 @@ def test_a_checkpoint_two_ranks_sharded_exports_in_one_process(tmp_path, capsys)
         env=child_env(),
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=HANG_S,
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     best = next((tmp_path / "run").glob("valid_best_result_checkpoint_*.dcp"))

@@ -15,8 +15,6 @@ from gatle_ignite.cli.main import main
 from tests.toy.config import toy_config
 from tests.toy.trainer import Trainer
 
-pytestmark = pytest.mark.timeout(600)
-
 FIELDS = (
     "max_epochs",
     "every_val",

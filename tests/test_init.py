@@ -14,6 +14,7 @@ import pytest
 from gatle_ignite.cli.init import init_project
 from gatle_ignite.cli.main import main
 from gatle_ignite.dispatch import ConfigError, import_module_from_path
+from tests.conftest import HANG_S
 
 ROOT = Path(__file__).resolve().parents[1]
 SYNTHETIC = ROOT / "examples" / "synthetic"
@@ -57,9 +58,9 @@ def cli_command(bin_dir=None):
     return [str(script)] if script.exists() else [sys.executable, "-m", "gatle_ignite"]
 
 
-def run(command, cwd, timeout=300):
+def run(command, cwd):
     return subprocess.run(
-        command, cwd=cwd, env=clean_env(), capture_output=True, text=True, timeout=timeout
+        command, cwd=cwd, env=clean_env(), capture_output=True, text=True, timeout=HANG_S
     )
 
 
@@ -260,7 +261,7 @@ def test_init_does_not_import_torch(tmp_path):
         "heavy = ('torch', 'ignite', 'ml_collections', 'numpy')\n"
         "print(sorted(m for m in sys.modules if m.split('.')[0] in heavy))\n"
     )
-    result = run([sys.executable, "-c", code], cwd=tmp_path, timeout=60)
+    result = run([sys.executable, "-c", code], cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines()[-1] == "[]"
 
@@ -301,7 +302,7 @@ def test_generated_projects_sweep_file_runs_a_sweep(project):
         env={**clean_env(), "PYTHONPATH": str(ROOT / "src")},
         capture_output=True,
         text=True,
-        timeout=600,
+        timeout=HANG_S,
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr
     assert "SWEEP COMPLETE: 2 trials finished" in done.stdout
@@ -321,7 +322,7 @@ def wheel(tmp_path_factory):
     isolation = ["--no-build-isolation"] if importlib.util.find_spec("hatchling") else []
     command = [sys.executable, "-m", "pip", "wheel", "--no-deps", *isolation, "-q"]
     subprocess.run(
-        [*command, "-w", str(out), str(ROOT)], check=True, capture_output=True, timeout=300
+        [*command, "-w", str(out), str(ROOT)], check=True, capture_output=True, timeout=HANG_S
     )
     (path,) = out.glob("gatle_ignite-*.whl")
     return path
@@ -353,11 +354,11 @@ def dependency_dirs():
 def _installed_wheel(wheel, tmp_path):
     """A fresh venv holding the wheel, with the dependencies visible; returns its bin dir."""
     venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=HANG_S)
     bin_dir = venv / ("Scripts" if os.name == "nt" else "bin")
     python = bin_dir / "python"
     pip = [str(python), "-m", "pip", "install", "--no-deps", "--no-index", "-q", str(wheel)]
-    subprocess.run(pip, check=True, timeout=300)
+    subprocess.run(pip, check=True, timeout=HANG_S)
     purelib = run(
         [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
         cwd=tmp_path,

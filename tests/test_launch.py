@@ -4,6 +4,8 @@ import datetime
 import logging
 import os
 import re
+import signal
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -500,34 +502,52 @@ def test_a_joined_world_gets_the_dist_timeout_once_made(monkeypatch, parallel):
     assert events == ["group made", datetime.timedelta(seconds=7)]
 
 
-@pytest.mark.parametrize("mark", [None, "config_error", "preempted"])
-def test_torchs_terminating_line_is_explained_or_dropped(tmp_path, mark):
+@pytest.mark.parametrize(
+    "marks, killed, shown",
+    [
+        # A rank failed: its peer is killed at once, when torch's join has named it.
+        ((), True, "a rank ended with an error (reported below), so its peers are stopped: "),
+        # The rank said why itself: a config error, or the preemption message.
+        (("config_error-1",), True, None),
+        (("preempted-0", "preempted-1"), False, None),
+        # Both finished, one died in gloo's teardown: the other finishes, as torch asks.
+        (("finished-0", "finished-1"), False, "stopped: SIGTERM to process "),
+    ],
+)
+def test_torchs_terminating_line_kills_the_peer_of_a_failed_rank_and_says_so(
+    tmp_path, marks, killed, shown
+):
     from gatle_ignite.launch.ranks import RankMarks, _termination_explained
 
-    if mark is not None:
-        (tmp_path / f"{mark}-1").touch()
-    shown = []
+    for mark in marks:
+        (tmp_path / mark).touch()
+    said = []
 
     class Keep(logging.Handler):
         def emit(self, record):
-            shown.append(record.getMessage())
+            said.append(record.getMessage())
 
+    peer = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
     logger = logging.getLogger("torch.multiprocessing.spawn")
     keep = Keep()
     logger.addHandler(keep)
     try:
-        with _termination_explained(RankMarks(str(tmp_path))):
-            logger.warning("Terminating process %s via signal SIGTERM", 4242)
+        with _termination_explained(2, RankMarks(str(tmp_path))):
+            logger.warning("Terminating process %s via signal SIGTERM", peer.pid)
+        if killed:
+            assert peer.wait() == -signal.SIGKILL
+        else:
+            assert peer.poll() is None
     finally:
         logger.removeHandler(keep)
-    if mark is None:
-        assert shown == [
-            "a rank ended with an error (reported below), so its peers are stopped: "
-            "SIGTERM to process 4242"
-        ]
+        peer.kill()
+        peer.wait()
+    if shown is None:
+        assert said == []
     else:
-        # The rank said why itself: a config error, or the preemption message.
-        assert shown == []
+        (line,) = said
+        assert shown in line
+        assert line.endswith(f"process {peer.pid} killed" if killed else f"process {peer.pid}")
 
 
 def test_a_one_process_child_is_launched_without_a_port_and_blank_lines_are_not_relayed(
@@ -542,3 +562,26 @@ def test_a_one_process_child_is_launched_without_a_port_and_blank_lines_are_not_
     assert f"Launching: {alone}\n" in out
     assert len(_launched_ports(out)) == 1 and f"Launching: {ranks} (MASTER_PORT=" in out
     assert "[alone] \n" not in out and "[alone]    \n" not in out
+
+
+def test_the_rendezvous_port_drawn_is_one_no_socket_holds(monkeypatch):
+    from gatle_ignite.launch import world
+
+    held = [socket.socket() for _ in range(3)]
+    try:
+        for sock in held:
+            sock.bind(("", 0))
+            sock.listen()
+        ports = sorted(sock.getsockname()[1] for sock in held)
+        free = ports[1]
+        next(sock for sock in held if sock.getsockname()[1] == free).close()
+        monkeypatch.setattr(world, "PORT_RANGE", ports)
+        # Drawn blindly, two times in three the port would be taken and the rendezvous fail.
+        assert [world.free_ports(1) for _ in range(20)] == [[free]] * 20
+        with socket.socket() as last:
+            last.bind(("", free))
+            with pytest.raises(ConfigError, match="no free port in"):
+                world.free_ports(1)
+    finally:
+        for sock in held:
+            sock.close()

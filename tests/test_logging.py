@@ -11,6 +11,7 @@ from ignite.engine import Events
 from gatle_ignite import ConfigError
 from gatle_ignite.callbacks import logging as logging_module
 from gatle_ignite.callbacks.logging import LoggingCallback, _flatten
+from tests.conftest import HANG_S
 from tests.toy import recording_backend
 from tests.toy.trainer import Trainer
 
@@ -176,7 +177,7 @@ def test_a_text_only_run_imports_no_optional_backend(tmp_path):
         "print('OPTIONAL', bad)"
     )
     out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=HANG_S
     ).stdout
     assert "OPTIONAL []" in out
 

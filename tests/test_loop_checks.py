@@ -16,7 +16,7 @@ from ignite.engine import Events
 
 from gatle_ignite.trainer.lifecycle import EXIT_DIVERGED
 from gatle_ignite.trainer.preemption import EXIT_PREEMPTED, Preempted
-from tests.conftest import ROOT, child_env
+from tests.conftest import HANG_S, ROOT, child_env
 from tests.toy.config_file import write_toy_config
 from tests.toy.trainer import Trainer
 
@@ -245,7 +245,7 @@ def _two_ranks(tmp_path, **fields):
         cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=240,
+        timeout=HANG_S,
         env=child_env(),
     )
 
@@ -255,7 +255,6 @@ def _probe_iterations(save_dir):
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(300)
 def test_a_nan_on_one_rank_and_a_sigterm_on_the_other_stop_both_at_the_check(tmp_path):
     done = _two_ranks(
         tmp_path, fault_nan_rank=1, fault_nan_from=6, fault_sigterm_rank=0, fault_sigterm_at=7
@@ -271,7 +270,6 @@ def test_a_nan_on_one_rank_and_a_sigterm_on_the_other_stop_both_at_the_check(tmp
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(300)
 def test_a_sigterm_on_one_rank_preempts_every_rank_within_check_every(tmp_path):
     done = _two_ranks(tmp_path, fault_sigterm_rank=0, fault_sigterm_at=3)
     assert done.returncode == EXIT_PREEMPTED, done.stdout[-2000:] + done.stderr[-2000:]
@@ -280,7 +278,6 @@ def test_a_sigterm_on_one_rank_preempts_every_rank_within_check_every(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(300)
 def test_a_preempted_run_exits_75_even_when_a_rank_aborts_as_it_exits(tmp_path):
     done = _two_ranks(
         tmp_path, fault_sigterm_rank=0, fault_sigterm_at=3, fault_abort_at_exit_rank=1

@@ -12,7 +12,7 @@ from gatle_ignite.cli.main import main
 from gatle_ignite.cli.predict import _with_targets, flatten_output
 from gatle_ignite.dispatch import ConfigError
 from gatle_ignite.run.directory import eval_checkpoint
-from tests.conftest import ROOT
+from tests.conftest import HANG_S, ROOT
 from tests.toy.config import toy_config
 from tests.toy.config_file import write_toy_config
 from tests.toy.data import make_dataset
@@ -167,14 +167,13 @@ def _cli(*args):
         env=env,
         capture_output=True,
         text=True,
-        timeout=180,
+        timeout=HANG_S,
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     return done.stdout
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(300)
 def test_two_processes_write_the_one_process_predictions(trained, tmp_path):
     config, save_dir = trained
     one, two = tmp_path / "one.pt", tmp_path / "two.pt"

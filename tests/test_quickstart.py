@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT
+from tests.conftest import HANG_S, ROOT
 
 pytestmark = pytest.mark.skipif(shutil.which("make") is None, reason="needs make")
 
@@ -49,7 +49,7 @@ def _dry_run(target: str, venv: Path) -> list[str]:
         cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=HANG_S,
         check=True,
     )
     # A recipe line continued with a backslash is one command.

@@ -25,7 +25,7 @@ from gatle_ignite.cli.main import main
 from gatle_ignite.config.loader import load_config_from_file
 from gatle_ignite.run.layout import MANIFEST_FILE, checkpoint_files
 from gatle_ignite.trainer.lifecycle import EXIT_DIVERGED
-from tests.conftest import ROOT, child_env
+from tests.conftest import HANG_S, ROOT, child_env
 from tests.toy.config_file import write_toy_config
 from tests.toy.trainer import Trainer as ToyTrainer
 
@@ -388,7 +388,7 @@ def _popen(config, *overrides):
     )
 
 
-def _wait_for_line(process, fragment, limit=120):
+def _wait_for_line(process, fragment, limit=HANG_S):
     deadline = time.monotonic() + limit
     lines = []
     while time.monotonic() < deadline:
@@ -413,7 +413,7 @@ def test_a_second_process_is_refused_and_a_killed_holder_blocks_nothing(tmp_path
         assert "TRAIN epoch" not in out and "Traceback" not in err
     finally:
         first.send_signal(signal.SIGKILL)
-        first.wait(timeout=60)
+        first.wait(timeout=HANG_S)
     manifest = _manifest(tmp_path / "toy")
     assert manifest["state"] == "running"  # it never got to say otherwise
     # The kernel dropped the dead holder's lock: the next process gets in and resumes.
@@ -653,12 +653,11 @@ def _cli_process(config, *overrides):
         env=child_env(),
         capture_output=True,
         text=True,
-        timeout=240,
+        timeout=HANG_S,
     )
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(400)
 def test_a_rank_aborting_at_exit_after_a_refusal_still_ends_in_the_config_error(tmp_path):
     # gloo may abort a rank as it exits; torch then reports that rank's signal.
     config = _config(
@@ -672,7 +671,6 @@ def test_a_rank_aborting_at_exit_after_a_refusal_still_ends_in_the_config_error(
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(400)
 def test_two_ranks_keep_one_manifest_refuse_together_and_resume(tmp_path):
     config = _config(tmp_path, max_epochs=1, main_runner="tests.toy.dist_trainer")
     assert _cli_process(config).returncode == 0
@@ -698,7 +696,6 @@ def test_two_ranks_keep_one_manifest_refuse_together_and_resume(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(400)
 def test_a_crash_on_rank_1_is_recorded_as_rank_1s_error_not_rank_0s_symptom(tmp_path):
     config = _config(
         tmp_path,

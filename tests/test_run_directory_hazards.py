@@ -21,7 +21,7 @@ import torch
 from gatle_ignite.cli.main import main
 from gatle_ignite.run import directory, lock
 from gatle_ignite.run.layout import MANIFEST_FILE
-from tests.conftest import ROOT, child_env
+from tests.conftest import HANG_S, ROOT, child_env
 from tests.test_run_directory import _config, _manifest, _snapshot, _status
 
 
@@ -113,7 +113,7 @@ def _spawn(config, log: Path, *overrides) -> subprocess.Popen:
         )
 
 
-def _wait_for_file(process, path: Path, log: Path, limit=300) -> None:
+def _wait_for_file(process, path: Path, log: Path, limit=HANG_S) -> None:
     deadline = time.monotonic() + limit
     while not path.exists():
         if process.poll() is not None or time.monotonic() > deadline:
@@ -122,7 +122,6 @@ def _wait_for_file(process, path: Path, log: Path, limit=300) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(600)
 def test_a_kill_while_a_backend_finishes_leaves_a_finished_run(tmp_path, cli, capsys):
     marker = tmp_path / "finishing"
     config = _config(
@@ -137,7 +136,7 @@ def test_a_kill_while_a_backend_finishes_leaves_a_finished_run(tmp_path, cli, ca
         _wait_for_file(process, marker, log)
     finally:
         process.send_signal(signal.SIGKILL)
-        process.wait(timeout=60)
+        process.wait(timeout=HANG_S)
     run = tmp_path / "toy"
     assert _manifest(run)["state"] == "completed"
     code, out = _status(run, capsys)

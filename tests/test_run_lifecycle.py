@@ -23,10 +23,10 @@ from hypothesis import strategies as st
 
 from gatle_ignite.cli.main import main
 from gatle_ignite.run.layout import MANIFEST_FILE, checkpoint_files
-from tests.conftest import ROOT, child_env
+from tests.conftest import HANG_S, ROOT, child_env
 from tests.toy.config_file import write_toy_config
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
+pytestmark = pytest.mark.slow
 
 FIELDS = {
     "max_epochs": 3,
@@ -91,14 +91,14 @@ def _kill(config: Path, after_lines: int) -> None:
         stderr=subprocess.STDOUT,
         text=True,
     )
-    seen, deadline = 0, time.monotonic() + 120
+    seen, deadline = 0, time.monotonic() + HANG_S
     while seen < after_lines and time.monotonic() < deadline:
         line = process.stdout.readline()
         if not line:
             break
         seen += "TRAIN epoch" in line
     process.send_signal(signal.SIGKILL)
-    process.wait(timeout=60)
+    process.wait(timeout=HANG_S)
 
 
 def _damage_newest(save_dir: Path, rng: random.Random) -> None:

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from tests.conftest import ROOT, child_env
+from tests.conftest import HANG_S, ROOT, child_env
 from tests.toy.config_file import write_toy_config
 
 # The extras' packages, and what they pull in; a run that names none of them imports none.
@@ -48,7 +48,7 @@ def _imported(tmp_path, *argv) -> set:
         cwd=ROOT,
         env=child_env(),
         capture_output=True,
-        timeout=300,
+        timeout=HANG_S,
         check=True,
     )
     result = json.loads(out.read_text())

@@ -21,14 +21,12 @@ import pytest
 import torch
 
 from gatle_ignite.trainer.preemption import EXIT_PREEMPTED
-from tests.conftest import ROOT, child_env
-from tests.postgres_server import PostgresServer, find_bindir
+from tests.conftest import HANG_S, ROOT, child_env
 
 optuna = pytest.importorskip("optuna", reason="the sweep extra is not installed")
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
+pytestmark = pytest.mark.slow
 
-TIMEOUT = 600
 GOOD_LR, BAD_LR = 0.05, 1e-9
 FIELDS = {"main_runner": "tests.toy.dist_trainer", "max_epochs": 3, "verbosity": 1}
 GLOO = ["--override=dist_backend=gloo", "--override=auto_model_params.sync_bn=False"]
@@ -57,7 +55,7 @@ def _argv(config, sweep_dir, *args):
 
 def _ran(argv, expect=0, env=None) -> subprocess.CompletedProcess:
     done = subprocess.run(
-        argv, cwd=ROOT, capture_output=True, text=True, timeout=TIMEOUT, env=env or child_env()
+        argv, cwd=ROOT, capture_output=True, text=True, timeout=HANG_S, env=env or child_env()
     )
     assert done.returncode == expect, done.stdout[-4000:] + done.stderr[-4000:]
     return done
@@ -224,7 +222,7 @@ def test_pruning_stops_a_trial_clearly_behind_after_its_checkpoint(tmp_path):
         capture_output=True,
         text=True,
         env=child_env(),
-        timeout=TIMEOUT,
+        timeout=HANG_S,
     )
     assert again.returncode == 0, again.stderr
     assert "NOTHING TO DO" in again.stdout and "was pruned by its sweep" in again.stdout
@@ -269,7 +267,7 @@ def test_a_trial_killed_by_sigkill_is_failed_in_the_study_and_in_its_status_alik
     # The trial's own process, as the OOM killer would end it; the sweep lives on.
     holder = json.loads((trial_dir / "run.lock").read_text())
     os.kill(holder["pid"], signal.SIGKILL)
-    out = "".join(seen) + sweep.communicate(timeout=TIMEOUT)[0]
+    out = "".join(seen) + sweep.communicate(timeout=HANG_S)[0]
     assert sweep.returncode == 1, out[-3000:]
     assert "trial 0 failed: killed by SIGKILL" in out
     assert _states(_study(sweep_dir)) == [(0, "FAIL")]
@@ -299,7 +297,7 @@ def test_a_sigtermed_sweep_resumes_the_interrupted_trial_exactly(tmp_path):
     )
     run_id = _manifest(_trial_dir(sweep_dir, 0))["run_id"]
     sweep.send_signal(signal.SIGTERM)
-    out = "".join(seen) + sweep.communicate(timeout=TIMEOUT)[0]
+    out = "".join(seen) + sweep.communicate(timeout=HANG_S)[0]
     assert sweep.returncode == EXIT_PREEMPTED, out[-3000:]
     assert "trial 0 preempted: resumable" in out and "PREEMPTED (stopped by SIGTERM)" in out
     assert _states(_study(sweep_dir)) == [(0, "RUNNING")]
@@ -324,7 +322,7 @@ def test_a_sigtermed_sweep_resumes_the_interrupted_trial_exactly(tmp_path):
         check=True,
         capture_output=True,
         env=child_env(),
-        timeout=TIMEOUT,
+        timeout=HANG_S,
     )
     _assert_identical(_weights(tmp_path / "by_hand"), _weights(_trial_dir(sweep_dir, 0)))
 
@@ -333,7 +331,7 @@ def test_ctrl_c_stops_a_sweep_as_a_preemption_not_a_failure(tmp_path):
     """A trial takes SIGINT as an error; the sweep passes a terminal's Ctrl-C on as SIGTERM."""
     _, sweep, sweep_dir, seen = _one_trial_sweep(tmp_path, r"^\[trial_0000\] .* TRAIN epoch 1: 2/4")
     sweep.send_signal(signal.SIGINT)
-    out = "".join(seen) + sweep.communicate(timeout=TIMEOUT)[0]
+    out = "".join(seen) + sweep.communicate(timeout=HANG_S)[0]
     assert sweep.returncode == EXIT_PREEMPTED, out[-3000:]
     assert "PREEMPTED (stopped by SIGINT)" in out
     assert "[trial_0000] PREEMPTED by SIGTERM after iteration" in out
@@ -358,12 +356,12 @@ class Output:
         return any(re.search(pattern, line) for line in list(self.lines))
 
     def text(self) -> str:
-        self._reader.join(timeout=TIMEOUT)
+        self._reader.join(timeout=HANG_S)
         return "".join(self.lines)
 
 
 def _wait_for(condition, what):
-    deadline = time.monotonic() + TIMEOUT
+    deadline = time.monotonic() + HANG_S
     while not condition():
         assert time.monotonic() < deadline, f"never saw {what}"
         time.sleep(0.05)
@@ -380,8 +378,8 @@ def test_a_sigkilled_workers_trial_is_finished_by_another_worker(tmp_path):
     _wait_for(lambda: victim.has(r"^\[trial_0000\] .* TRAIN epoch 1: 2/4"), "trial 0 training")
     run_id = _manifest(_trial_dir(sweep_dir, 0))["run_id"]
     victim.process.kill()  # the worker only: its trial is left behind, then orphaned
-    victim.process.wait(timeout=TIMEOUT)
-    assert other.process.wait(timeout=TIMEOUT) == 0, other.text()[-3000:]
+    victim.process.wait(timeout=HANG_S)
+    assert other.process.wait(timeout=HANG_S) == 0, other.text()[-3000:]
     out = victim.text() + other.text()
     assert _count(out, "trial 0 started") == 1 and _count(out, "trial 1 started") == 1
     assert _count(other.text(), "trial 0 resumed") == 1
@@ -407,18 +405,6 @@ def test_two_workers_run_two_trials_at_once_each_on_its_share_of_the_cores(tmp_p
         assert probe["threads"] == 1  # each of 2 workers got 1 of the 2 cores
 
 
-@pytest.fixture(scope="module")
-def postgres():
-    bindir = find_bindir()
-    if bindir is None:
-        pytest.skip("PostgreSQL's initdb and pg_ctl are not installed (PG_BINDIR to point at them)")
-    server = PostgresServer(bindir).start()
-    try:
-        yield server
-    finally:
-        server.stop()
-
-
 def test_two_sweeps_sharing_a_postgresql_study_never_run_a_trial_twice(tmp_path, postgres):
     url = postgres.create_database("sweeps")
     # With a password in it (the server trusts local connections): it is shown nowhere.
@@ -432,7 +418,7 @@ def test_two_sweeps_sharing_a_postgresql_study_never_run_a_trial_twice(tmp_path,
         "--param=optimizer_params.lr=[0.02, 0.05]",
     )
     sweeps = [_start(argv), _start(argv)]
-    outs = [process.communicate(timeout=TIMEOUT)[0] for process in sweeps]
+    outs = [process.communicate(timeout=HANG_S)[0] for process in sweeps]
     assert [process.returncode for process in sweeps] == [0, 0], outs[0][-2000:] + outs[1][-2000:]
     out = "".join(outs)
     assert all(_count(out, f"trial {n} started") == 1 for n in range(4))
@@ -474,7 +460,7 @@ def test_workers_opening_a_fresh_postgresql_database_at_once_all_get_the_study(t
     ]
     _wait_for(lambda: len(list(tmp_path.glob("ready-*"))) == count, "every process ready")
     (tmp_path / "go").touch()
-    outs = [process.communicate(timeout=TIMEOUT)[0] for process in processes]
+    outs = [process.communicate(timeout=HANG_S)[0] for process in processes]
     assert [process.returncode for process in processes] == [0] * count, "".join(outs)
 
 

@@ -18,7 +18,7 @@ from gatle_ignite.trainer.telemetry import epochs, flops
 from gatle_ignite.trainer.telemetry.devices import peak_tflops_of
 from gatle_ignite.trainer.telemetry.threads import oversubscription, usable_cores
 from gatle_ignite.utils.checkpoints import find_latest_checkpoint
-from tests.conftest import ROOT, child_env, run_gatle
+from tests.conftest import HANG_S, ROOT, child_env, run_gatle
 from tests.toy.config_file import write_toy_config
 from tests.toy.trainer import Trainer
 
@@ -275,7 +275,7 @@ def test_the_summary_counts_the_command_from_its_process_start(tmp_path):
         env=child_env(),
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=HANG_S,
     )
     assert done.returncode == 0, done.stderr
     headline = next(
@@ -477,7 +477,7 @@ def _two_ranks(tmp_path, name, *overrides):
         cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=240,
+        timeout=HANG_S,
         env=child_env(OMP_NUM_THREADS="1"),
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
@@ -485,7 +485,6 @@ def _two_ranks(tmp_path, name, *overrides):
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(600)
 def test_two_ranks_log_once_count_their_share_and_train_the_same(tmp_path):
     save_dir, out = _two_ranks(tmp_path, "counted")
     rows = _perf(save_dir)
@@ -502,7 +501,6 @@ def test_two_ranks_log_once_count_their_share_and_train_the_same(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(600)
 def test_fsdp_ranks_count_flops_and_profile(tmp_path):
     config = ROOT / "examples" / "sharded_lm" / "configs" / "sharded_lm_v0.py"
     save_dir = tmp_path / "run"
@@ -513,7 +511,7 @@ def test_fsdp_ranks_count_flops_and_profile(tmp_path):
         cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=480,
+        timeout=HANG_S,
         env=child_env(OMP_NUM_THREADS="1"),
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]

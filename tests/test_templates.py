@@ -24,6 +24,7 @@ from gatle_ignite.config.loader import load_config_from_file
 from gatle_ignite.dispatch import CONTRACTS, import_entrypoint
 from gatle_ignite.losses.composite import Loss as Composite
 from gatle_ignite.schedulers import attach_scheduler, prep_scheduler
+from tests.conftest import HANG_S
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = "examples.templates"
@@ -251,7 +252,6 @@ def free_port():
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(300)
 def test_metric_reduces_across_two_gloo_ranks(tmp_path):
     script = tmp_path / "sharded_metric.py"
     script.write_text(SHARDED_METRIC)
@@ -262,7 +262,7 @@ def test_metric_reduces_across_two_gloo_ranks(tmp_path):
         env=env,
         capture_output=True,
         text=True,
-        timeout=240,
+        timeout=HANG_S,
     )
     assert done.returncode == 0, done.stderr
     assert [float((tmp_path / f"rank{r}.txt").read_text()) for r in (0, 1)] == [0.5, 0.5]

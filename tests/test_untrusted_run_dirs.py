@@ -25,7 +25,7 @@ from gatle_ignite.cli.plot import runs_to_draw
 from gatle_ignite.run.filesystem import RECORD_LIMIT
 from gatle_ignite.run.layout import CONFIG_FILE, LOCK_FILE, MANIFEST_FILE, parse_checkpoint_name
 from gatle_ignite.run.manifest import Manifest
-from tests.conftest import ROOT, child_env, run_capped
+from tests.conftest import HANG_S, ROOT, child_env, run_capped
 from tests.toy.config import toy_config
 from tests.toy.config_file import write_toy_config
 from tests.toy.trainer import Trainer
@@ -345,5 +345,5 @@ def test_output_into_a_closed_pipe_ends_quietly_as_a_unix_tool_does(run, command
     )
     process.stdout.close()  # no reader left: the first write fails with EPIPE
     err = process.stderr.read()
-    assert process.wait(timeout=300) == 128 + signal.SIGPIPE
+    assert process.wait(timeout=HANG_S) == 128 + signal.SIGPIPE
     assert "Traceback" not in err and "BrokenPipeError" not in err

@@ -14,13 +14,11 @@ import sys
 import pytest
 
 from gatle_ignite.trainer.preemption import EXIT_PREEMPTED
-from tests.conftest import ROOT, child_env, no_process_left
+from tests.conftest import HANG_S, ROOT, child_env, no_process_left
 from tests.toy.config_file import write_toy_config
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
+pytestmark = pytest.mark.slow
 
-# Far beyond what these runs take (seconds); reached only by a run that hangs.
-HANG_S = 120
 GLOO = ["--override=dist_backend='gloo'", "--override=auto_model_params.sync_bn=False"]
 
 

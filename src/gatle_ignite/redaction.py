@@ -22,6 +22,7 @@ __all__ = [
     "environment_secrets",
     "is_secret_name",
     "is_secret_path",
+    "is_secret_query_name",
     "redact",
     "redact_argv",
     "redact_text",
@@ -43,8 +44,27 @@ _SECRET_WORDS = frozenset(
 _SECRET_LAST_WORDS = frozenset({"key", "url"})
 # Upper-case runs ("API" in "APIKey") or capitalised words; `_`, `-` and digits fall between.
 _WORD = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+")
+# A query parameter is read more widely than a field: a URL's names are terse (`sig`, `pwd`) or
+# run words together (`sessiontoken`, `sslpassword`), and a `url` in one is an address, not a key.
+_QUERY_SECRET_WORDS = _SECRET_WORDS | {"pwd", "pass", "sig", "signature", "auth", "authorization"}
+_QUERY_SECRET_ENDINGS = (
+    "password",
+    "passwd",
+    "secret",
+    "token",
+    "apikey",
+    "accesskey",
+    "secretkey",
+    "privatekey",
+    "credential",
+    "signature",
+)
 # The userinfo of a URL: everything between "scheme://" and the last "@" before the path.
 _URL_USERINFO = re.compile(r"([A-Za-z][A-Za-z0-9+.\-]*://)[^\s/?#]*@")
+# A URL in running text, up to a space or a character no URL holds unquoted (a quote, \).
+_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*://[^\s\"'<>\\`]*")
+# One `name=value` of a URL's query or fragment (an OAuth token travels in the fragment).
+_QUERY_PARAM = re.compile(r"([?&#])([^=&#?]+)=([^&#]*)")
 # A command-line flag, with its value when written as one word: `--api-key` or `--api-key=X`.
 _FLAG = re.compile(r"(--?[A-Za-z][\w-]*)(?:=(.*))?", re.DOTALL)
 # The key of a `key=value` setting (an override): a dotted field path.
@@ -81,18 +101,47 @@ def _token_number(words: list) -> bool:
     )
 
 
+def is_secret_query_name(name: str) -> bool:
+    """Whether a URL's query parameter ``name`` holds a credential (``password``, ``sig``,
+    ``X-Amz-Signature``, ``access_token``); ``host``, ``sslmode``, ``dbname`` do not.
+
+    Its words (split as a field's) hold one of a field's secret words or pwd, pass, sig,
+    signature, auth, authorization; or one ends in password, passwd, secret, token, apikey,
+    accesskey, secretkey, privatekey, credential or signature; or its last word is ``key``.
+    """
+    words = _words(name)
+    return bool(words) and (
+        words[-1] == "key"
+        or not _QUERY_SECRET_WORDS.isdisjoint(words)
+        or any(word.endswith(_QUERY_SECRET_ENDINGS) for word in words)
+    )
+
+
 def redact_text(text: str) -> str:
-    """``text`` with the userinfo of every URL in it replaced (``https://<redacted>@host/x``),
-    and every credential this process holds in its environment (see :func:`environment_secrets`)
-    replaced wherever it appears."""
+    """``text`` with the userinfo of every URL in it replaced, and the value of every query
+    parameter named like a credential
+    (``https://<redacted>@host/x?sslmode=require&token=<redacted>``), and every credential this
+    process holds in its environment (see :func:`environment_secrets`) wherever it appears."""
     return _scrubbed(text, environment_secrets())
 
 
 def _scrubbed(text: str, secrets: list) -> str:
-    text = _URL_USERINFO.sub(rf"\1{REDACTED}@", text)
+    # The query first: the userinfo's "<redacted>" would end the URL as _URL reads it.
+    text = _URL_USERINFO.sub(rf"\1{REDACTED}@", _URL.sub(_redacted_url, text))
     for secret in secrets:
         text = text.replace(secret, REDACTED)
     return text
+
+
+def _redacted_url(url: re.Match) -> str:
+    return _QUERY_PARAM.sub(_redacted_param, url[0])
+
+
+def _redacted_param(param: re.Match) -> str:
+    separator, name, value = param.groups()
+    if value and is_secret_query_name(name):
+        return f"{separator}{name}={REDACTED}"
+    return param[0]
 
 
 # Shorter values are not taken for credentials: replacing "1" everywhere would garble text.

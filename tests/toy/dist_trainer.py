@@ -8,18 +8,21 @@ inject faults chosen by project fields of the config: ``fault_nan_rank`` / ``fau
 rank signals itself SIGTERM at that iteration), ``fault_abort_at_exit_rank`` (that rank aborts
 at interpreter exit, however its run ended, as gloo sometimes does), ``fault_stall_rank`` /
 ``fault_stall_at`` (one rank sleeps for good in that iteration, its peers waiting in the
-gradient all-reduce); ``ballast_mb`` adds that much extra state to every checkpoint, so that
-writing one takes long enough to be interrupted, and ``iter_sleep_s`` slows every iteration
-down, so that a signal sent after a few progress lines lands mid-run; ``probe_dir`` puts the
-probes and final weights there instead of save_dir (a URL, for object storage). The FLOP
-count's extra step (under a dispatch mode) is neither probed nor faulted: it is not a step of
-the run.
+gradient all-reduce), ``fault_gate_at`` / ``fault_gate`` (every rank says so and waits in that
+iteration until the file ``fault_gate`` exists: a test's signal sent once it said so lands in
+that iteration, however loaded the machine); ``ballast_mb`` adds that much extra state to every
+checkpoint, so that writing one takes long enough to be interrupted, and ``iter_sleep_s`` slows
+every iteration down, so that a signal sent after a few progress lines lands mid-run;
+``probe_dir`` puts the probes and final weights there instead of save_dir (a URL, for object
+storage). The FLOP count's extra step (under a dispatch mode) is neither probed nor faulted:
+it is not a step of the run.
 """
 
 import atexit
 import json
 import os
 import signal
+import sys
 import time
 from pathlib import Path
 
@@ -108,6 +111,12 @@ class Trainer(ToyTrainer):
             print(f"injected stall on rank {rank} at iteration {iteration}", flush=True)
             while True:
                 time.sleep(60)
+        if iteration == cfg.get("fault_gate_at"):
+            # One write with its newline: the ranks' lines must not run into one another.
+            sys.stdout.write(f"waiting at the gate on rank {rank} at iteration {iteration}\n")
+            sys.stdout.flush()
+            while not os.path.exists(cfg.fault_gate):
+                time.sleep(0.05)
         time.sleep(cfg.get("iter_sleep_s", 0))
         return loss, parts
 

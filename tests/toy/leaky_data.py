@@ -1,10 +1,14 @@
-"""A remote dataset whose fetch fails with an error quoting its URL, credentials included."""
+"""A remote dataset whose fetch fails with an error quoting its URL, credentials included (its
+userinfo and a presigned URL's signature)."""
 
 from torch.utils.data import Dataset
 
 from gatle_ignite import build_dataloader
 
-URL = "https://alice:LEAK-dataset-pw@data.invalid/shard-0.tar"
+URL = (
+    "https://alice:LEAK-dataset-pw@data.invalid/shard-0.tar"
+    "?X-Amz-Date=20250101&X-Amz-Signature=LEAK-dataset-sig"
+)
 
 
 class RemoteShards(Dataset):

@@ -57,6 +57,13 @@ def add_sweep_parser(commands) -> None:
         metavar="K",
         help="stop after K trials in a row failed (default 3; 0 never)",
     )
+    sweep.add_argument(
+        "--storage-retry",
+        type=int,
+        dest="storage_retry",
+        metavar="S",
+        help="while a --storage database does not answer, try again for S seconds (default 120)",
+    )
 
 
 def run_sweep_command(args: argparse.Namespace) -> int:

@@ -326,8 +326,8 @@ FIELD_DOCS: dict[str, str] = {
         "refused when `nnodes > 1`."
     ),
     "master_port": (
-        "Rendezvous port. Unset: `MASTER_PORT`, else a random port in 49152-65535 (one node "
-        "only); `nnodes > 1` needs the same port on every node."
+        "Rendezvous port. Unset: `MASTER_PORT`, else a random free port in 49152-65535 (one "
+        "node only); `nnodes > 1` needs the same port on every node."
     ),
     "dist_timeout": (
         "Seconds a collective waits for a stalled or dead peer before the whole run fails with "

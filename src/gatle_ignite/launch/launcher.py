@@ -6,7 +6,6 @@ attributes at call time, so users and tests can patch them.
 """
 
 import os
-import random
 import subprocess
 import sys
 import threading
@@ -24,11 +23,11 @@ from gatle_ignite.launch.budget import ranks_share, shares
 from gatle_ignite.launch.ranks import EXIT_PEER_TIMEOUT, supervised
 from gatle_ignite.launch.task import run_task
 from gatle_ignite.launch.world import (
-    PORT_RANGE,
     WORLD_VARS,
     apply_dist_timeout,
     dist_timeout,
     existing_world,
+    free_ports,
     hidden_from_ignite,
     resolve_backend,
     resolve_rendezvous,
@@ -137,7 +136,7 @@ def launch_many(
     The children run at once, each on its share of the machine (launch.budget).
     """
     extra_args = list(extra_args or [])
-    ports = random.sample(PORT_RANGE, len(config_paths))
+    ports = free_ports(len(config_paths))
     children = []
     for path, port, share in zip(config_paths, ports, shares(len(config_paths))):
         prefix = Path(path).stem

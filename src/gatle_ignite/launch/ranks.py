@@ -8,7 +8,6 @@ import os
 import signal
 import sys
 import tempfile
-import threading
 import warnings
 
 import torch
@@ -31,9 +30,6 @@ __all__ = ["EXIT_CONFIG_ERROR", "EXIT_PEER_TIMEOUT", "MARKS_DIR_VAR", "RankMarks
 EXIT_PEER_TIMEOUT = 69
 # The CLI's code for a config error, which a spawned rank reports itself, without a traceback.
 EXIT_CONFIG_ERROR = 2
-# After a rank fails, the time torch's join gets to name that rank as the one to report, before
-# the launcher kills the rest; a rank killed first could be reported instead.
-_REPORT_GRACE_S = 1.0
 
 
 class RankMarks:
@@ -73,7 +69,7 @@ def supervised(nproc: int):
         RankMarks.exported() as marks,
         _ranks_supervised(nproc, marks),
         _teardown_crash_tolerated(nproc, marks),
-        _termination_explained(marks),
+        _termination_explained(nproc, marks),
     ):
         yield
 
@@ -91,10 +87,7 @@ def _ranks_supervised(nproc: int, marks: RankMarks):
         killed_by.append(signum)
         _kill(multiprocessing.active_children())
 
-    with (
-        preemption_signals(forward_to=multiprocessing.active_children, on_repeat=kill_ranks),
-        _failed_rank_ends_the_node(nproc, marks),
-    ):
+    with preemption_signals(forward_to=multiprocessing.active_children, on_repeat=kill_ranks):
         try:
             yield
         except torch.multiprocessing.ProcessExitedException as error:
@@ -126,35 +119,56 @@ _TERMINATING = "Terminating process"
 
 
 class _TerminationLine(logging.Filter):
-    """torch's "Terminating process <pid> via signal SIGTERM": dropped after a config error or a
-    preemption, which the ranks have reported themselves; otherwise said in words."""
+    """torch's "Terminating process <pid> via signal SIGTERM", said once its join has named the
+    rank that failed: dropped after a config error or a preemption, which the ranks have
+    reported themselves; otherwise said in words.
 
-    def __init__(self, marks: "RankMarks"):
+    A rank that ended without finishing its run or saving a preemption checkpoint has its peers
+    killed here and now, rather than sent the SIGTERM: they can only wait for it in their next
+    collective, or, stalled, never get there, and a SIGTERM is a preemption request they would
+    act on until torch kills them 30 s later. Here, not as soon as the rank ends, so that torch
+    names the rank that failed, not a peer killed before its join looked.
+    """
+
+    def __init__(self, nproc: int, marks: "RankMarks"):
         super().__init__()
+        self.nproc = nproc
         self.marks = marks
 
     def filter(self, record) -> bool:
         if not str(record.msg).startswith(_TERMINATING):
             return True
+        pid = record.args[0] if record.args else None
+        killed = pid is not None and self._failed_unfinished() and _kill_pid(pid)
         if self.marks.count("config_error", "preempted"):
             return False
-        pid = record.args[0] if record.args else "?"
         record.msg, record.args = (
             "a rank ended with an error (reported below), so its peers are stopped: "
-            "SIGTERM to process %s",
-            (pid,),
+            + ("process %s killed" if killed else "SIGTERM to process %s"),
+            (pid if pid is not None else "?",),
         )
         return True
 
+    def _failed_unfinished(self) -> bool:
+        """Whether a rank ended without finishing its run or saving a preemption checkpoint
+        (one that finished and then died in gloo's teardown leaves its peers to finish)."""
+        running = [p for p in multiprocessing.active_children() if _still_running(p.pid)]
+        return self.nproc - len(running) > self.marks.count("finished", "preempted")
+
 
 @contextlib.contextmanager
-def _termination_explained(marks: "RankMarks"):
+def _termination_explained(nproc: int, marks: "RankMarks"):
     logger = logging.getLogger(_TORCH_SPAWN_LOGGER)
-    line = _TerminationLine(marks)
+    line = _TerminationLine(nproc, marks)
     logger.addFilter(line)
+    # The line is the moment to act on, whatever level the program's logging shows.
+    level = logger.level
+    if logger.getEffectiveLevel() > logging.WARNING:
+        logger.setLevel(logging.WARNING)
     try:
         yield
     finally:
+        logger.setLevel(level)
         logger.removeFilter(line)
 
 
@@ -190,37 +204,6 @@ def _killed_message(signum, saved: bool) -> str:
     )
 
 
-@contextlib.contextmanager
-def _failed_rank_ends_the_node(nproc: int, marks: RankMarks):
-    """Kill this node's ranks soon after one of them ends without finishing or a preemption.
-
-    Its peers can only wait for it in their next collective, or, stalled, never get there;
-    torch's join would send them SIGTERM, which a rank takes as a preemption request, and
-    kill them 30 s later.
-    """
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    timers = []
-
-    def on_child_exit(_signum, _frame) -> None:
-        running = [p for p in multiprocessing.active_children() if _still_running(p.pid)]
-        if timers or nproc - len(running) <= marks.count("finished", "preempted"):
-            return
-        timer = threading.Timer(_REPORT_GRACE_S, _kill, args=(running,))
-        timer.daemon = True
-        timer.start()
-        timers.append(timer)
-
-    previous = signal.signal(signal.SIGCHLD, on_child_exit)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGCHLD, previous)
-        for timer in timers:
-            timer.cancel()
-
-
 def _still_running(pid: int) -> bool:
     """Whether a child still exists, asked of the system.
 
@@ -237,6 +220,15 @@ def _still_running(pid: int) -> bool:
 def _kill(processes) -> None:
     for process in processes:
         process.kill()
+
+
+def _kill_pid(pid) -> bool:
+    """SIGKILL ``pid``; whether it was there to kill."""
+    try:
+        os.kill(int(pid), signal.SIGKILL)
+    except (ProcessLookupError, TypeError, ValueError):
+        return False
+    return True
 
 
 @contextlib.contextmanager

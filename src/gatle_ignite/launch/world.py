@@ -4,6 +4,7 @@ import contextlib
 import datetime
 import os
 import random
+import socket
 import warnings
 from typing import Optional
 
@@ -19,6 +20,7 @@ __all__ = [
     "apply_dist_timeout",
     "dist_timeout",
     "existing_world",
+    "free_ports",
     "hidden_from_ignite",
     "parallel_kwargs",
     "resolve_backend",
@@ -27,7 +29,7 @@ __all__ = [
     "warn_if_topology_ignored",
 ]
 
-# The dynamic/private port range; ports handed out are distinct but not proven free.
+# The dynamic/private port range; a port handed out is one no socket of this machine holds then.
 PORT_RANGE = range(49152, 65535 + 1)
 _LOCALHOSTS = ("127.0.0.1", "localhost")
 # Set by torchrun and friends; a child that inherited them would try to join the parent's world.
@@ -60,7 +62,34 @@ def resolve_rendezvous(cfg: config_dict.ConfigDict, nnodes: int) -> tuple[str, i
                 f"random port and the rendezvous would hang.\n"
                 f"  Set cfg.master_port (or MASTER_PORT) to the same free port on every node."
             )
-    return addr, int(port) if port else random.choice(PORT_RANGE)
+    return addr, int(port) if port else free_ports(1)[0]
+
+
+def free_ports(count: int) -> list:
+    """``count`` distinct ports of PORT_RANGE, drawn at random, that no socket holds now.
+
+    Part of the range is also where the system takes the ports of outgoing connections: on a
+    busy machine a port drawn blindly is often in use, and the rendezvous fails to listen.
+    """
+    ports = []
+    for port in random.sample(PORT_RANGE, len(PORT_RANGE)):
+        if _bindable(port):
+            ports.append(port)
+            if len(ports) == count:
+                return ports
+    raise ConfigError(
+        f"no free port in {min(PORT_RANGE)}-{max(PORT_RANGE)} for the rendezvous.\n"
+        f"  Set master_port (or MASTER_PORT) to a port this machine can listen on."
+    )
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        try:
+            probe.bind(("", port))
+        except OSError:
+            return False
+    return True
 
 
 def resolve_backend(cfg: config_dict.ConfigDict) -> str:

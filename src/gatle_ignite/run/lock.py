@@ -39,7 +39,7 @@ class _Held:
 
 # A lock file that cannot be opened for writing is still locked, read-only, where it exists.
 _READ_ONLY = (errno.EROFS, errno.EACCES, errno.EPERM)
-_ATTEMPTS, _RETRY_SECONDS = 5, 0.02
+_ATTEMPTS, _RETRY_SECONDS = 50, 0.02
 
 # The locks this process holds, by lock file: a second trainer of the same process on the same
 # save_dir (a script building two to compare them) shares the lock instead of refusing itself.
@@ -78,7 +78,8 @@ def _open_lock_file(path: Path):
 
 def _try_lock(handle) -> bool:
     """Take the lock without waiting for a holder; a ``status`` probing it holds it for
-    microseconds, so a busy lock is tried a few more times before it counts as held."""
+    microseconds, so a busy lock is tried again for a second (a loaded machine can pause the
+    probe that long) before it counts as held."""
     for attempt in range(_ATTEMPTS):
         try:
             fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -1,7 +1,7 @@
 """How a run was made: the code, the packages, the command and the machine, kept in run.json.
 
 Rank 0 gathers one record each time a process starts the run or resumes it; the run keeps them
-all, the first one being how it began. Git is asked with a short timeout, and outside a checkout
+all, the first one being how it began. Git is asked with a timeout, and outside a checkout
 or without git the ``git`` entry is simply absent.
 """
 
@@ -23,8 +23,9 @@ from gatle_ignite.redaction import redact_argv
 
 __all__ = ["GIT_TIMEOUT_S", "code_change", "gather", "git_state", "versions"]
 
-# Seconds each git command may take; a slow network file system must not hold up a start.
-GIT_TIMEOUT_S = 5
+# Seconds each git command may take: a hung network file system must not hold up a start for
+# good, yet a loaded machine, where starting git alone can take seconds, must not lose the entry.
+GIT_TIMEOUT_S = 60
 
 
 def gather(action: str, iteration: int = 0) -> dict:

@@ -12,6 +12,7 @@ from typing import Optional
 
 from gatle_ignite.config.names import HINT_CUTOFF, closest
 from gatle_ignite.dispatch import ConfigError
+from gatle_ignite.sweep.reconnect import DEFAULT_RETRY_S
 from gatle_ignite.sweep.space import Param, parse_param, parse_space
 
 __all__ = [
@@ -49,6 +50,7 @@ class Sweep:
     direction: Optional[str] = None
     max_failures: int = 3
     enqueue: tuple = ()
+    storage_retry: int = DEFAULT_RETRY_S
 
     def space(self) -> dict:
         """``{key: Param}``, in the order given."""
@@ -78,6 +80,7 @@ _FIELDS = {
         lambda v: isinstance(v, (list, tuple)) and all(isinstance(e, dict) for e in v),
         "a list of {key: value} dicts, trials to run first",
     ),
+    "storage_retry": (lambda v: _is_int(v) and v >= 0, "an int >= 0 (seconds; 0 never retries)"),
 }
 
 
@@ -142,7 +145,13 @@ def _params(file_params: dict, cli_params: list) -> tuple:
 
 # Given in a sweep file only; every other field also has a flag.
 _FILE_ONLY = ("params", "overrides", "enqueue", "pruner_params")
-_DEFAULTS = {"workers": 1, "sampler": "tpe", "pruner": "median", "max_failures": 3}
+_DEFAULTS = {
+    "workers": 1,
+    "sampler": "tpe",
+    "pruner": "median",
+    "max_failures": 3,
+    "storage_retry": DEFAULT_RETRY_S,
+}
 
 
 def merge(cli: dict, file_fields: Optional[dict] = None) -> Sweep:

@@ -7,6 +7,10 @@ after that evaluation's best checkpoint, rank 0 reports the score at the epoch a
 study's pruner whether the trial is clearly behind; under DDP the answer is broadcast, so every
 rank stops at the same point. A pruned run ends after that epoch's checkpoint, in state
 ``pruned``.
+
+A study database that does not answer is waited for (``sweep.reconnect``); one that does not
+answer within the sweep's bound costs the trial its pruning, never its training: it trains on
+without reporting, and its worker reports the scores from ``metrics.csv`` when it ends.
 """
 
 import contextlib
@@ -18,6 +22,7 @@ import ignite.distributed as idist
 import torch
 
 from gatle_ignite.run.sweep_trial import trial_of_this_process
+from gatle_ignite.sweep.reconnect import StorageUnreachable
 from gatle_ignite.sweep.study import build_pruner, open_storage, quiet_optuna, require_optuna
 from gatle_ignite.utils.dist import rank_zero_print
 
@@ -32,6 +37,8 @@ class TrialReport:
         self.metric = trial["metric"]
         self.pruned = False
         self.reason = ""
+        # Set once the study's database did not answer within the sweep's bound.
+        self.unreported = False
         self._trainer = trainer
         self._optuna_trial = None
         # Held while the study is opened, by the background opening or the first report.
@@ -54,7 +61,7 @@ class TrialReport:
             return
         value = float(value)
         epoch = trainer.engines["trainer"].state.epoch
-        prune = self._report(value, epoch) if idist.get_rank() == 0 else False
+        prune = self._report_unless_unreachable(value, epoch) if idist.get_rank() == 0 else False
         if idist.get_world_size() > 1:
             flag = torch.tensor([int(prune)], device=idist.device())
             prune = bool(idist.broadcast(flag, src=0).item())
@@ -68,6 +75,19 @@ class TrialReport:
                 f"the other trials; this epoch's checkpoint is the run's last."
             )
             trainer.engines["trainer"].terminate()
+
+    def _report_unless_unreachable(self, value: float, epoch: int) -> bool:
+        if self.unreported:
+            return False
+        try:
+            return self._report(value, epoch)
+        except StorageUnreachable as error:
+            self.unreported = True
+            rank_zero_print(
+                f"sweep: {error}: this trial trains on without reporting to it, and is not "
+                f"pruned; its worker reports its scores from metrics.csv when it ends."
+            )
+            return False
 
     def _report(self, value: float, epoch: int) -> bool:
         """Report the score at ``epoch`` (once: a resumed trial may evaluate an epoch again)
@@ -87,14 +107,24 @@ class TrialReport:
 
     def _opened(self):
         optuna = require_optuna()
+        storage = open_storage(self.trial["storage"], self._retry_s(), retry_opening=True)
         study = optuna.load_study(
             study_name=self.trial["study"],
-            storage=open_storage(self.trial["storage"]),
+            storage=storage,
             # Only the worker samples; this process never draws a parameter.
             sampler=optuna.samplers.RandomSampler(),
             pruner=build_pruner(self.trial.get("pruner", "none"), self.trial.get("pruner_params")),
         )
         return optuna.trial.Trial(study, self.trial["trial_id"])
+
+    def _retry_s(self) -> Optional[float]:
+        """The sweep's retry bound; under DDP within half of dist_timeout, which the other
+        ranks wait at most for this report's broadcast."""
+        retry_s = self.trial.get("storage_retry")
+        dist_timeout = self._trainer.cfg.get("dist_timeout", None)
+        if retry_s is not None and dist_timeout and idist.get_world_size() > 1:
+            return min(retry_s, dist_timeout / 2)
+        return retry_s
 
 
 def attach_trial(trainer) -> Optional[TrialReport]:

@@ -19,6 +19,8 @@ from gatle_ignite.launch.budget import shares
 from gatle_ignite.run.storage import local_dir
 from gatle_ignite.sweep.checks import Checked, refuse_if_different
 from gatle_ignite.sweep.claims import scheduling
+from gatle_ignite.sweep.journal import check_journal
+from gatle_ignite.sweep.reconnect import StorageUnreachable
 from gatle_ignite.sweep.record import RECORD_FILE, SweepRecord
 from gatle_ignite.sweep.remote import publish_sweep_files, sweep_lease
 from gatle_ignite.sweep.study import (
@@ -39,7 +41,8 @@ _STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT)
 
 @dataclass(frozen=True)
 class SweepResult:
-    """How the sweep ended: its exit code and why, its counts, and its study."""
+    """How the sweep ended: its exit code and why, its counts, and its study (None when its
+    database stopped answering)."""
 
     exit_code: int
     message: str
@@ -56,10 +59,14 @@ def run_sweep(checked: Checked, say=None) -> SweepResult:
     with sweep_lease(sweep.dir, journal):
         if journal:
             local_dir(sweep.dir).mkdir(parents=True, exist_ok=True)
+            check_journal(checked.storage["journal"])
         # A server that cannot be reached is refused before the directory is made.
-        storage = open_storage(checked.storage)
+        storage = open_storage(checked.storage, sweep.storage_retry)
         local_dir(sweep.dir).mkdir(parents=True, exist_ok=True)
-        study, record = _open_study(checked, storage)
+        try:
+            study, record = _open_study(checked, storage)
+        except StorageUnreachable as error:
+            return SweepResult(1, _storage_lost(str(error)), {}, None, checked.record)
         publish_sweep_files(sweep.dir)
         result = _run_workers(SweepRun(_with_record(checked, record), study, say))
         publish_sweep_files(sweep.dir)
@@ -207,10 +214,20 @@ def _counts(study) -> dict:
 
 
 def _result(run: SweepRun) -> SweepResult:
+    if run.storage_lost is not None:
+        return SweepResult(1, _storage_lost(run.storage_lost), {}, None, run.record)
     with quiet_optuna():
         counts = _counts(run.study)
     code, message = _ending(run, counts)
     return SweepResult(code, message, counts, run.study, run.record)
+
+
+def _storage_lost(reason: str) -> str:
+    return (
+        f"SWEEP STOPPED: {reason}.\n"
+        f"  Run the same command again once it answers: it records the trials that ended "
+        f"meanwhile and resumes the others."
+    )
 
 
 def _ending(run: SweepRun, counts: dict) -> tuple:
@@ -243,6 +260,8 @@ def _tally(counts: dict) -> str:
 
 
 def best_trial(study) -> Optional[object]:
+    if study is None:
+        return None
     with quiet_optuna():
         try:
             return study.best_trial

@@ -16,6 +16,7 @@ from typing import Optional
 
 from gatle_ignite.dispatch import ConfigError
 from gatle_ignite.redaction import redact_text
+from gatle_ignite.sweep.reconnect import DEFAULT_RETRY_S, StorageUnreachable, reconnecting_storage
 
 __all__ = [
     "JOURNAL_FILE",
@@ -65,16 +66,28 @@ def shown_storage(where: dict) -> str:
     return where["journal"] if "journal" in where else redact_text(where["url"])
 
 
-def open_storage(where: dict):
-    """The Optuna storage ``where`` names; a driver or a server missing is a config error."""
+def open_storage(where: dict, retry_s: Optional[float] = None, retry_opening: bool = False):
+    """The Optuna storage ``where`` names; a driver or a server missing is a config error.
+
+    A database's every call is retried for ``retry_s`` seconds (default ``DEFAULT_RETRY_S``)
+    while its connection is lost (``sweep.reconnect``); its opening too when ``retry_opening``
+    (a trial opens a study its sweep has opened, so a server down then is only restarting).
+    """
     optuna = require_optuna()
     if "journal" in where:
-        from optuna.storages.journal import JournalFileBackend
+        from gatle_ignite.sweep.journal import journal_backend
 
-        return optuna.storages.JournalStorage(JournalFileBackend(where["journal"]))
+        return optuna.storages.JournalStorage(journal_backend(where["journal"]))
     url = where["url"]
     try:
-        return _rdb_storage(optuna, url)
+        return reconnecting_storage(
+            lambda: _rdb_storage(optuna, url),
+            DEFAULT_RETRY_S if retry_s is None else retry_s,
+            redact_text(url),
+            retry_opening,
+        )
+    except StorageUnreachable:
+        raise
     except ImportError as error:
         raise ConfigError(
             f"the storage {redact_text(url)} needs a database driver that is not installed "

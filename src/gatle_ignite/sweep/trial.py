@@ -6,6 +6,8 @@ hand, trains the same run.
 """
 
 import ast
+import csv
+import math
 import shlex
 import sys
 import warnings
@@ -13,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
+from gatle_ignite.callbacks.backends.csv import FILE_NAME as HISTORY_FILE
 from gatle_ignite.dispatch import ConfigError
 from gatle_ignite.redaction import redact_argv
 from gatle_ignite.run.layout import MANIFEST_FILE
@@ -25,6 +28,7 @@ from gatle_ignite.trainer.preemption import EXIT_PREEMPTED, signal_name
 __all__ = [
     "TRIAL_PREFIX",
     "Outcome",
+    "logged_scores",
     "outcome_of",
     "param_override",
     "record_failure",
@@ -178,3 +182,23 @@ def _reason_from_output(exit_code: int, lines: list) -> str:
         return f"killed by {signal_name(-exit_code)}"
     last = lines[-1] if lines else "no output"
     return f"exit code {exit_code}: {last}"
+
+
+def logged_scores(save_dir, metric: str) -> dict:
+    """``{epoch: value}`` of ``metric`` in the run's ``metrics.csv``: the finite scores it
+    evaluated, the last of each epoch (a resume drops the rows it trains again)."""
+    scores = {}
+    try:
+        with open(Path(save_dir) / HISTORY_FILE, newline="", encoding="utf-8") as handle:
+            for row in csv.DictReader(handle):
+                if row.get("name") != metric:
+                    continue
+                try:
+                    epoch, value = int(float(row["epoch"])), float(row["value"])
+                except (KeyError, TypeError, ValueError):
+                    continue
+                if math.isfinite(value):
+                    scores[epoch] = value
+    except (OSError, csv.Error):
+        return {}
+    return scores

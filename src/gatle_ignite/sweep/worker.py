@@ -25,10 +25,12 @@ from gatle_ignite.launch.world import WORLD_VARS
 from gatle_ignite.run.storage import holder_of, is_url, local_dir, place_of
 from gatle_ignite.run.sweep_trial import TRIAL_VAR
 from gatle_ignite.sweep.claims import Claim, claim, scheduling
+from gatle_ignite.sweep.reconnect import StorageUnreachable
 from gatle_ignite.sweep.remote import publish_sweep_files
 from gatle_ignite.sweep.study import finished_states, quiet_optuna, require_optuna
 from gatle_ignite.sweep.trial import (
     Outcome,
+    logged_scores,
     outcome_of,
     record_failure,
     train_argv,
@@ -84,6 +86,8 @@ class SweepRun:
         self.left_resumable = []
         self.failures_in_row = 0
         self.last_failure = ""
+        # Why the study's database was given up on (sweep.reconnect); None while it answers.
+        self.storage_lost = None
         self._lock = threading.Lock()
         self._children = set()
 
@@ -94,6 +98,12 @@ class SweepRun:
             if not self.stop.is_set():
                 self.stop_reason = reason
                 self.stop.set()
+
+    def lose_storage(self, error: StorageUnreachable) -> None:
+        """The study's database did not answer for the retry bound: no trial starts; the ones
+        running finish, and those not recorded are the next command's to record."""
+        self.storage_lost = str(error)
+        self.request_stop(self.storage_lost)
 
     def preempt(self, received: int, passed_on: int) -> None:
         """The first stop signal: no trial starts, and every running trial (and one starting
@@ -168,11 +178,14 @@ class Worker:
     def loop(self) -> None:
         """Take and run trials until the study holds N finished ones or the sweep stops.
 
-        An error of the worker's own (not a trial's: those are told to the study) stops the
-        sweep; the trial it held stays running in the study, to be resumed.
+        An error of the worker's own (not a trial's: those are told to the study), or a study
+        storage that stopped answering, stops the sweep; the trial it held stays running in the
+        study, to be resumed.
         """
         try:
             self._loop()
+        except StorageUnreachable as error:
+            self.run.lose_storage(error)
         except Exception as error:
             traceback.print_exc()
             self.run.request_stop(f"worker {self.index} failed: {error!r}")
@@ -260,7 +273,14 @@ class Worker:
                 # Before the study hears it: a worker dying in between leaves the trial running
                 # there, and the next sweep resumes it.
                 record_failure(save_dir, outcome.reason)
-            self._tell(job, outcome)
+            try:
+                self._tell(job, outcome, save_dir)
+            except StorageUnreachable:
+                run.say(
+                    f"trial {job.number} ended ({outcome.state}), but the study storage does not "
+                    f"answer: the same command, run again, takes it up"
+                )
+                raise
         finally:
             job.claim.release()
             publish_sweep_files(run.sweep.dir)
@@ -319,17 +339,19 @@ class Worker:
                 "metric": run.record.metric,
                 "pruner": run.sweep.pruner,
                 "pruner_params": run.sweep.pruner_params,
+                "storage_retry": run.sweep.storage_retry,
             }
         )
         return env
 
     # ---- telling ----
 
-    def _tell(self, job: Job, outcome: Outcome) -> None:
+    def _tell(self, job: Job, outcome: Outcome, save_dir) -> None:
         run, optuna = self.run, require_optuna()
         states = optuna.trial.TrialState
         storage = run.study._storage
         if outcome.state == "complete":
+            self._report_missing_scores(job.trial_id, save_dir)
             value = self._best_reported(job.trial_id)
             if value is None:
                 outcome = Outcome(
@@ -347,6 +369,15 @@ class Worker:
                 run.study.tell(job.number, state=states.FAIL)
         run.say(self._told_line(job.number, outcome, storage.get_trial(job.trial_id)))
         run.count(outcome, job.number)
+
+    def _report_missing_scores(self, trial_id: int, save_dir) -> None:
+        """The scores the run logged that the study lacks: those its process could not report
+        while the study's database did not answer."""
+        storage = self.run.study._storage
+        reported = storage.get_trial(trial_id).intermediate_values
+        for epoch, value in logged_scores(save_dir, self.run.record.metric).items():
+            if epoch not in reported:
+                storage.set_trial_intermediate_value(trial_id, epoch, value)
 
     def _best_reported(self, trial_id: int) -> Optional[float]:
         values = list(self.run.study._storage.get_trial(trial_id).intermediate_values.values())
