@@ -340,6 +340,8 @@ def test_a_second_ctrl_c_stops_at_once_and_the_run_stays_resumable(tmp_path, npr
     process = _start(config, *args)
     _after_lines(process, "waiting at the gate", count=nproc)
     _ctrl_c(process)
+    # Two signals sent at once arrive as one: the second counts once the first is taken.
+    _after_lines(process, "Ctrl-C again stops")
     _ctrl_c(process)
     rest = process.communicate(timeout=HANG_S)[0]
     assert process.returncode == EXIT_INTERRUPTED, rest

@@ -98,13 +98,15 @@ def test_a_repeated_signal_goes_to_on_repeat_and_the_first_stays_the_request():
     assert forwarded == [True]
 
 
-def test_ctrl_c_saves_that_iteration_exits_130_and_leaves_the_run_resumable(make_cfg, capsys):
+def test_ctrl_c_saves_that_iteration_exits_130_and_leaves_the_run_resumable(make_cfg, capfd):
     cfg = make_cfg(max_epochs=3)
     task = SignalledAt(0, cfg, at=6, signals=(signal.SIGINT,))
     with pytest.raises(Preempted) as raised:
         task.fit()
     assert raised.value.code == EXIT_INTERRUPTED
-    out = capsys.readouterr().out
+    out, err = capfd.readouterr()
+    # Said at once, before the iteration ends: a second Ctrl-C counts from this line on.
+    assert err.count("Ctrl-C: the run stops after this iteration, resumable; Ctrl-C again") == 1
     line = [text for text in out.splitlines() if "SIGINT" in text]
     assert line == [
         f"INTERRUPTED by SIGINT after iteration 6: saved {cfg.save_dir}/"

@@ -16,6 +16,7 @@ from gatle_ignite.trainer.preemption import (
     EXIT_INTERRUPTED,
     EXIT_PREEMPTED,
     MARKS_DIR_VAR,
+    RANKS_CTRL_C,
     REQUEST,
     Preempted,
     exit_code_for,
@@ -87,7 +88,9 @@ def _ranks_supervised(nproc: int, marks: RankMarks):
         killed_by.append(signum)
         _kill(multiprocessing.active_children())
 
-    with preemption_signals(forward_to=multiprocessing.active_children, on_repeat=kill_ranks):
+    with preemption_signals(
+        forward_to=multiprocessing.active_children, on_repeat=kill_ranks, ctrl_c_note=RANKS_CTRL_C
+    ):
         try:
             yield
         except torch.multiprocessing.ProcessExitedException as error:

@@ -38,7 +38,7 @@ from gatle_ignite.trainer.checks import (
 from gatle_ignite.trainer.handlers import LossAverage, NonFiniteCheck, clear_state, empty_cuda_cache
 from gatle_ignite.trainer.lifecycle import attach_preemption_stop, recorded_run
 from gatle_ignite.trainer.model_graph import attach_model_graph
-from gatle_ignite.trainer.preemption import preemption_signals, stop_at_once
+from gatle_ignite.trainer.preemption import ONE_PROCESS_CTRL_C, preemption_signals, stop_at_once
 from gatle_ignite.trainer.progress import attach_progress_output, epoch_length_of
 from gatle_ignite.trainer.strategy import ddp_params, distribute, gradient_sync, strategy_of
 from gatle_ignite.trainer.telemetry.epochs import Telemetry
@@ -363,8 +363,12 @@ class BaseTrainer:
         # One process owns its Ctrl-C: a second stops it at once. A rank of several takes
         # repeats as one request, and its launcher acts on a second one. Around the teardown
         # too, so a second Ctrl-C there stops without a traceback.
-        repeat = stop_at_once if idist.get_world_size() == 1 else None
-        with preemption_signals(on_request=self._on_stop_request, on_repeat=repeat):
+        one_process = idist.get_world_size() == 1
+        with preemption_signals(
+            on_request=self._on_stop_request,
+            on_repeat=stop_at_once if one_process else None,
+            ctrl_c_note=ONE_PROCESS_CTRL_C if one_process else None,
+        ):
             with recorded_run(self):
                 self.setup()
                 # Here, not in setup(): a 0.4 script builds a task to inspect it, never to train.

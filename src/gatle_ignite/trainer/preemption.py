@@ -20,7 +20,9 @@ __all__ = [
     "EXIT_INTERRUPTED",
     "EXIT_PREEMPTED",
     "MARKS_DIR_VAR",
+    "ONE_PROCESS_CTRL_C",
     "PREEMPTION_SIGNALS",
+    "RANKS_CTRL_C",
     "Interrupted",
     "Preempted",
     "exit_code_for",
@@ -79,6 +81,15 @@ class Interrupted(SystemExit):
         return self.message
 
 
+# What the first Ctrl-C says at once, in a process that acts on a second one.
+ONE_PROCESS_CTRL_C = (
+    "Ctrl-C: the run stops after this iteration, resumable; Ctrl-C again stops it at once."
+)
+RANKS_CTRL_C = (
+    "Ctrl-C: the ranks stop at their next check point, resumable; Ctrl-C again stops them at once."
+)
+
+
 def stop_at_once(signum) -> None:
     """``on_repeat`` for a single process: a second SIGINT stops it now; a repeated
     SIGTERM or SIGUSR1 (a scheduler signalling every process twice) changes nothing."""
@@ -116,13 +127,16 @@ REQUEST = _Request()
 
 
 @contextlib.contextmanager
-def preemption_signals(forward_to=None, on_request=None, on_repeat=None):
+def preemption_signals(forward_to=None, on_request=None, on_repeat=None, ctrl_c_note=None):
     """Turn the preemption signals into a request, while the block runs.
 
     ``forward_to`` returns processes to pass the signal on to (a launcher's spawned ranks).
     ``on_request`` is called (in the signal handler, once) when the first signal arrives.
     ``on_repeat``, when given, is called with the signal number on every later signal instead
     of forwarding it: the request already stands, so a repeat asks for something stronger.
+    ``ctrl_c_note`` is a line for stderr when the first signal is a SIGINT: a person pressed
+    Ctrl-C and waits for the iteration to end, and the line also tells when a second one counts
+    as a second (two at once arrive as one).
     Outside the main thread, where Python cannot install handlers, it does nothing.
     """
     if threading.current_thread() is not threading.main_thread():
@@ -135,6 +149,9 @@ def preemption_signals(forward_to=None, on_request=None, on_repeat=None):
             return
         first = not REQUEST.received
         REQUEST.signal = signum
+        if first and ctrl_c_note and signum == signal.SIGINT:
+            # Straight to the descriptor: the handler may run in the middle of a print.
+            os.write(2, f"{ctrl_c_note}\n".encode())
         if first and on_request is not None:
             on_request()
         for process in forward_to() if forward_to else ():
