@@ -9,6 +9,7 @@ first training batch.
 import json
 import numbers
 import os
+import time
 import warnings
 
 from gatle_ignite.callbacks.logging import Backend as BaseBackend
@@ -23,6 +24,18 @@ __all__ = ["GRAPH_MAX_PARAMETERS", "Backend", "hparams_of"]
 # Above this the graph is not drawn: tracing runs the model a few times on the first batch
 # (torch checks its trace), 2.7 s for 4.7 M parameters on one CPU thread, more beyond it.
 GRAPH_MAX_PARAMETERS = 100_000_000
+_EVENT_FILE = "events.out.tfevents."
+
+
+def _newest_event_file_second(log_dir) -> int:
+    """The creation second in the newest event file name there (0 for none): a name starts
+    with it, ten digits wide, and TensorBoard reads a directory's files in name order."""
+    try:
+        names = os.listdir(log_dir)
+    except FileNotFoundError:
+        return 0
+    seconds = [name[len(_EVENT_FILE) :].split(".")[0] for name in names]
+    return max((int(second) for second in seconds if second.isdigit()), default=0)
 
 
 def hparams_of(cfg) -> dict:
@@ -56,6 +69,8 @@ class Backend(BaseBackend):
         super().__init__(cfg)
         self.summary = import_extra("torch.utils.tensorboard", "tensorboard")
         self.log_dir = os.path.join(local_dir(cfg.save_dir), "tensorboard")
+        # Before this process's own file: a rewind's file must sort after the earlier runs'.
+        self._earlier_runs_second = _newest_event_file_second(self.log_dir)
         self.writer = self.summary.SummaryWriter(log_dir=self.log_dir)
         self._tags = {}
         self._hparams_written = False
@@ -111,8 +126,12 @@ class Backend(BaseBackend):
         self.writer.flush()
 
     def rewind(self, step):
-        # TensorBoard hides the events from purge_step on, in every file of the directory.
+        # TensorBoard hides the events from purge_step on, in the files it reads before this
+        # one: by name, whose first field is the second the file was made. A resume within
+        # the second the run's last file was made (a short run, a quick requeue) waits it out.
         self.writer.close()
+        while int(time.time()) <= self._earlier_runs_second:
+            time.sleep(0.05)
         self.writer = self.summary.SummaryWriter(log_dir=self.log_dir, purge_step=step + 1)
 
     def finish(self, failed=False):
