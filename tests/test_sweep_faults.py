@@ -178,7 +178,8 @@ def test_a_journal_record_cut_short_by_a_crash_is_set_aside_and_the_sweep_goes_o
     assert _states(_study(sweep_dir)) == [(0, "COMPLETE"), (1, "COMPLETE")]
     # Not wedged: every later command reads the study and appends to it.
     again = _ran(_argv(config, sweep_dir, "--trials=3", LR))
-    assert "warning: " not in again.stdout + again.stderr
+    # (Other warnings may come, such as torch's threads on a busy machine: not the journal's.)
+    assert "cut short" not in again.stdout + again.stderr
     assert _states(_study(sweep_dir)) == [(n, "COMPLETE") for n in range(3)]
 
 
