@@ -509,7 +509,7 @@ OUTPUTS = [
     ("a warning", "warning line", (f"cannot reach {URL_SHOWN}h/x?v=2&sig={REDACTED}",)),
     ("a sweep on PostgreSQL", "header", ("/leaky?host=/", f"&password={REDACTED}&sslmode=disable")),
     ("a sweep on PostgreSQL", "sweep.json", (f"&password={REDACTED}&sslmode=disable", QUERY_SHOWN)),
-    ("a sweep on PostgreSQL", "trial output", ("RUN COMPLETED", QUERY_SHOWN)),
+    ("a sweep on PostgreSQL", "trial output", ("TRAINING COMPLETE", QUERY_SHOWN)),
     ("a sweep on PostgreSQL", "best trial's commands", ("  evaluate: gatle-ignite", QUERY_SHOWN)),
     ("a sweep on PostgreSQL", "stderr", ()),
     ("a sweep on PostgreSQL", "trial's config.json and run.json", (QUERY_SHOWN,)),

@@ -85,7 +85,13 @@ def launch(cfg: config_dict.ConfigDict, job: Optional[Callable] = None):
     if timeout is not None:
         # ignite hands it on to every spawned rank's init_process_group.
         kwargs["timeout"] = timeout
-    with hidden_from_ignite("SLURM_JOB_ID"), supervised(nproc), ranks_share(nproc):
+    # The launcher of the node where rank 0 runs records a failure rank 0 could not.
+    recorded_at = cfg.save_dir if node_rank == 0 else None
+    with (
+        hidden_from_ignite("SLURM_JOB_ID"),
+        supervised(nproc, recorded_at, first_rank=node_rank * nproc),
+        ranks_share(nproc),
+    ):
         with idist.Parallel(
             backend=resolve_backend(cfg), nproc_per_node=nproc, **kwargs
         ) as parallel:

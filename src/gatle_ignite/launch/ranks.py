@@ -9,9 +9,12 @@ import signal
 import sys
 import tempfile
 import warnings
+from typing import Optional
 
 import torch
 
+from gatle_ignite.run.outside import manifest_of, record_failed
+from gatle_ignite.run.storage import is_url
 from gatle_ignite.trainer.preemption import (
     EXIT_INTERRUPTED,
     EXIT_PREEMPTED,
@@ -63,11 +66,13 @@ class RankMarks:
 
 
 @contextlib.contextmanager
-def supervised(nproc: int):
-    """Around spawning this node's ``nproc`` ranks: signals passed on, a failed rank ending
-    the node, and the ranks' ends turned into one exit (code 2, 69 or 75, or the error)."""
+def supervised(nproc: int, save_dir: Optional[str] = None, first_rank: int = 0):
+    """Around spawning this node's ``nproc`` ranks (global ranks from ``first_rank``): signals
+    passed on, a failed rank ending the node, the ranks' ends turned into one exit (code 2, 69
+    or 75, or the error), and a failure recorded in the run at ``save_dir`` when given."""
     with (
         RankMarks.exported() as marks,
+        _failure_recorded(save_dir, first_rank),
         _ranks_supervised(nproc, marks),
         _teardown_crash_tolerated(nproc, marks),
         _termination_explained(nproc, marks),
@@ -114,6 +119,45 @@ def _ranks_supervised(nproc: int, marks: RankMarks):
                 # The rank has said why; a traceback here would only repeat it.
                 raise SystemExit(error.exit_code) from None
             raise
+
+
+# How long a run's lock may stay held after its ranks ended: a killed rank's DataLoader workers
+# hold it until they see their parent gone (torch looks every 5 s), longer on a loaded machine.
+_WORKERS_GONE_S = 60.0
+
+
+@contextlib.contextmanager
+def _failure_recorded(save_dir: Optional[str], first_rank: int):
+    """A rank that raised, or died, fails the run in ``run.json`` with its reason: rank 0,
+    which records a run's end, may have been killed for that peer's failure before it could.
+    A run found ``running`` before the ranks start is not known to be theirs: left as it is."""
+    if save_dir is not None and (is_url(save_dir) or _says_running(save_dir)):
+        save_dir = None
+    try:
+        yield
+    except (
+        torch.multiprocessing.ProcessRaisedException,
+        torch.multiprocessing.ProcessExitedException,
+    ) as error:
+        if save_dir is not None:
+            rank = first_rank + error.error_index
+            record_failed(save_dir, f"rank {rank}: {_failure_of(error)}", _WORKERS_GONE_S)
+        raise
+
+
+def _says_running(save_dir) -> bool:
+    manifest = manifest_of(save_dir)
+    return manifest is not None and manifest.state == "running"
+
+
+def _failure_of(error) -> str:
+    """The rank's exception as its traceback's last line gives it, or how its process ended."""
+    if isinstance(error, torch.multiprocessing.ProcessExitedException):
+        if error.signal_name:
+            return f"its process was killed by {error.signal_name}"
+        return f"its process exited with code {error.exit_code}"
+    lines = [line for line in str(error.msg).splitlines() if line.strip()]
+    return lines[-1].strip() if lines else "an error"
 
 
 # torch's join logs this for each rank still running after one ended with an error.

@@ -10,18 +10,13 @@ import csv
 import math
 import shlex
 import sys
-import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
 
 from gatle_ignite.callbacks.backends.csv import FILE_NAME as HISTORY_FILE
-from gatle_ignite.dispatch import ConfigError
 from gatle_ignite.redaction import redact_argv
-from gatle_ignite.run.layout import MANIFEST_FILE
-from gatle_ignite.run.lock import RunLock
-from gatle_ignite.run.manifest import Manifest
-from gatle_ignite.run.storage import is_url, place_of
+from gatle_ignite.run.outside import manifest_of, record_failed
+from gatle_ignite.run.storage import is_url
 from gatle_ignite.trainer.lifecycle import EXIT_DIVERGED
 from gatle_ignite.trainer.preemption import EXIT_PREEMPTED, signal_name
 
@@ -122,7 +117,7 @@ def outcome_of(exit_code: int, save_dir, output_tail: list) -> Outcome:
     """The trial's outcome, from its process's exit code and its run's ``run.json``."""
     if exit_code == EXIT_PREEMPTED:
         return Outcome("preempted")
-    manifest = _manifest(save_dir)
+    manifest = manifest_of(save_dir)
     state = manifest.state if manifest is not None else None
     if exit_code == 0 and state in _FINISHED:
         return Outcome(_FINISHED[state], manifest.stop_reason)
@@ -137,40 +132,7 @@ def record_failure(save_dir, reason: str) -> None:
     """Record a trial the sweep fails as failed in its ``run.json``, when its process ended
     without saying how (a SIGKILL, the OOM killer): ``status`` then agrees with the study, which
     never resumes a failed trial."""
-    if is_url(save_dir):
-        # Its lease runs out instead, and status calls it interrupted.
-        return
-    found = _manifest(save_dir)
-    if found is None or found.state != "running":
-        return
-    lock = RunLock(save_dir)
-    try:
-        lock.acquire()
-    except ConfigError:
-        return  # a process still trains it (a rank outliving its killed launcher): it is live
-    try:
-        manifest = _manifest(save_dir)
-        if manifest is not None and manifest.state == "running":
-            manifest.state = "failed"
-            manifest.stop_reason = f"{reason}; its sweep recorded the trial failed"
-            manifest.write(save_dir, last_word=True)
-    except OSError as error:
-        warnings.warn(
-            f"{Path(save_dir) / MANIFEST_FILE} could not record that the sweep failed this trial "
-            f"({error}); `gatle-ignite status` calls it interrupted.",
-            stacklevel=2,
-        )
-    finally:
-        lock.release()
-
-
-def _manifest(save_dir) -> Optional[Manifest]:
-    place = place_of(save_dir)
-    try:
-        place.pull_records()
-        return Manifest.read(place.path)
-    except (ValueError, TypeError):
-        return None
+    record_failed(save_dir, f"{reason}; its sweep recorded the trial failed")
 
 
 def _reason_from_output(exit_code: int, lines: list) -> str:
