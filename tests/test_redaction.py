@@ -587,3 +587,6 @@ def test_credentials_in_the_environment_are_redacted_from_any_text(monkeypatch):
     assert secret not in shown and token not in shown
     assert shown == "signing with <redacted> and <redacted> failed"
     assert redact({"stop_reason": text})["stop_reason"] == shown
+    # A command line's words, each looked at with the credentials found once for the line.
+    words = ["train", f"--note={secret}", f"name={{'who': '{token}'}}", text]
+    assert not any(secret in w or token in w for w in redact_argv(words))

@@ -81,8 +81,12 @@ def is_secret_name(name) -> bool:
     Its words (split on ``_``, ``-``, digits and camelCase, compared lower-case) hold password,
     passwd, secret, token, apikey or credential(s), or its last word is ``key`` or ``url``.
     """
-    if not isinstance(name, str):
-        return False
+    return isinstance(name, str) and _secret_name(name)
+
+
+@functools.lru_cache(maxsize=4096)
+def _secret_name(name: str) -> bool:
+    # Asked of every key of every record written: a run rewrites run.json at each checkpoint.
     if name.lower().endswith(SECRET_SUFFIXES):
         return True
     words = _words(name)
@@ -125,9 +129,12 @@ def redact_text(text: str) -> str:
     return _scrubbed(text, environment_secrets())
 
 
-def _scrubbed(text: str, secrets: list) -> str:
-    # The query first: the userinfo's "<redacted>" would end the URL as _URL reads it.
-    text = _URL_USERINFO.sub(rf"\1{REDACTED}@", _URL.sub(_redacted_url, text))
+@functools.lru_cache(maxsize=4096)
+def _scrubbed(text: str, secrets: tuple) -> str:
+    # Cached: a run rewrites the same strings into run.json at every checkpoint.
+    if "://" in text:
+        # The query first: the userinfo's "<redacted>" would end the URL as _URL reads it.
+        text = _URL_USERINFO.sub(rf"\1{REDACTED}@", _URL.sub(_redacted_url, text))
     for secret in secrets:
         text = text.replace(secret, REDACTED)
     return text
@@ -148,22 +155,16 @@ def _redacted_param(param: re.Match) -> str:
 _SHORTEST_SECRET = 8
 
 
-def environment_secrets() -> list:
+def environment_secrets() -> tuple:
     """The values of this process's environment variables whose names say they are secret
     (``AWS_SECRET_ACCESS_KEY``, ``AWS_SESSION_TOKEN``, ``AZURE_STORAGE_KEY``, ...), longest
     first: an object store's client reads them, and an error it raises must not show them."""
     found = {
         value
         for name, value in os.environ.items()
-        if len(value) >= _SHORTEST_SECRET and _secret_variable(name)
+        if len(value) >= _SHORTEST_SECRET and is_secret_name(name)
     }
-    return sorted(found, key=len, reverse=True)
-
-
-@functools.cache
-def _secret_variable(name: str) -> bool:
-    # Asked for every variable on every redaction: the answer for a name never changes.
-    return is_secret_name(name)
+    return tuple(sorted(found, key=len, reverse=True))
 
 
 def _is_unset(value) -> bool:
@@ -183,7 +184,7 @@ def redact(value):
     return _redacted(value, environment_secrets())
 
 
-def _redacted(value, secrets: list):
+def _redacted(value, secrets: tuple):
     if isinstance(value, dict) or _is_config_dict(value):
         return {
             _redacted(key, secrets): __redact_field(key, inner, secrets)
@@ -198,7 +199,7 @@ def _redacted(value, secrets: list):
     return value
 
 
-def __redact_field(name, value, secrets: list):
+def __redact_field(name, value, secrets: tuple):
     # An unset credential stays visibly unset, so that a missing one can be noticed.
     if is_secret_name(name) and not _is_unset(value):
         return REDACTED
@@ -234,9 +235,11 @@ def redact_argv(argv: Sequence[str]) -> list:
     A ``key=value`` word (alone or after ``--flag=``) whose dotted key is secret shows
     ``key=<redacted>``; a literal dict or list value shows its secret-named fields redacted.
     """
+    # The environment's credentials are looked up once for the whole line.
+    secrets = environment_secrets()
     shown, secret_follows = [], False
     for word in map(str, argv):
-        shown.append(REDACTED if secret_follows else _redacted_word(word))
+        shown.append(REDACTED if secret_follows else _redacted_word(word, secrets))
         flag = _FLAG.fullmatch(word)
         secret_follows = bool(flag) and flag[2] is None and is_secret_name(flag[1].lstrip("-"))
     return shown
@@ -252,25 +255,27 @@ def shown_command(command: Union[str, Sequence[str]]) -> str:
     return shlex.join(redact_argv(command))
 
 
-def _redacted_word(word: str) -> str:
+def _redacted_word(word: str, secrets: tuple) -> str:
     flag = _FLAG.fullmatch(word)
     if flag is None or flag[2] is None:
-        return _redacted_setting(word)
+        return _redacted_setting(word, secrets)
     if is_secret_name(flag[1].lstrip("-")):
         return f"{flag[1]}={REDACTED}"
-    return f"{flag[1]}={_redacted_setting(flag[2])}"
+    return f"{flag[1]}={_redacted_setting(flag[2], secrets)}"
 
 
-def _redacted_setting(text: str) -> str:
+def _redacted_setting(text: str, secrets: tuple) -> str:
     key, equals, raw = text.partition("=")
     if not equals or not _SETTING_KEY.fullmatch(key):
-        return redact_text(text)
+        return _scrubbed(text, secrets)
     value = _literal(raw)
     if is_secret_path(key.strip()) and not _is_unset(value):
         return f"{key}={REDACTED}"
-    if isinstance(value, (dict, list, tuple)) and redact(value) != value:
-        return f"{key}={redact_text(repr(redact(value)))}"
-    return f"{key}={redact_text(raw)}"
+    if isinstance(value, (dict, list, tuple)):
+        redacted = _redacted(value, secrets)
+        if redacted != value:
+            return f"{key}={_scrubbed(repr(redacted), secrets)}"
+    return f"{key}={_scrubbed(raw, secrets)}"
 
 
 def _literal(raw: str):

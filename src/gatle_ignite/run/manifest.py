@@ -38,6 +38,11 @@ STATES = (
 )
 
 
+# Holds the config's place in run.json while the rest is rendered; unguessable, so no value of
+# a run's (its name, a checkpoint's) is ever taken for it.
+_CONFIG_SLOT = f"\0config-{uuid.uuid4().hex}"
+
+
 def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
@@ -121,21 +126,27 @@ class Manifest:
         if self.provenance:
             # How long this process has had the run: to its end, or a kill's last checkpoint.
             self.provenance[-1]["until"] = self.updated
-        data = self._redacted()
-        text = json.dumps(data, indent=2) + "\n"
-        compact = json.dumps(data, separators=(",", ":")) + "\n" if last_word else None
+        rest, config, config_text = self._redacted()
+        text = json.dumps({**rest, "config": _CONFIG_SLOT}, indent=2)
+        text = text.replace(json.dumps(_CONFIG_SLOT), config_text, 1) + "\n"
+        compact = None
+        if last_word:
+            compact = json.dumps({**rest, "config": config}, separators=(",", ":")) + "\n"
         write_atomically(Path(save_dir) / MANIFEST_FILE, text, when_full=compact)
 
-    def _redacted(self) -> dict:
-        """Every field, redacted: stop_reason quotes an exception, which may quote a URL with
-        its credentials. The config, the largest part, is redacted once per config: a run
-        rewrites the file at every checkpoint, and its config does not change."""
+    def _redacted(self) -> tuple:
+        """``(every other field, the config, the config's indented text)``, redacted:
+        stop_reason quotes an exception, which may quote a URL with its credentials. The config,
+        the largest part, is redacted and rendered once per config: a run rewrites the file at
+        every checkpoint, and its config does not change."""
         cached = self.__dict__.get("_config_redacted")
         if cached is None or cached[0] is not self.config:
-            cached = self._config_redacted = (self.config, redact(self.config))
-        data = redact(asdict(replace(self, config={})))
-        data["config"] = cached[1]
-        return data
+            config = redact(self.config)
+            # At the depth of a field of run.json: JSON strings hold no raw newline.
+            text = json.dumps(config, indent=2).replace("\n", "\n  ")
+            cached = self._config_redacted = (self.config, config, text)
+        rest = redact(asdict(replace(self, config={})))
+        return rest, cached[1], cached[2]
 
     # ---- the checkpoint index ----
 
