@@ -129,9 +129,7 @@ def redact_text(text: str) -> str:
     return _scrubbed(text, environment_secrets())
 
 
-@functools.lru_cache(maxsize=4096)
 def _scrubbed(text: str, secrets: tuple) -> str:
-    # Cached: a run rewrites the same strings into run.json at every checkpoint.
     if "://" in text:
         # The query first: the userinfo's "<redacted>" would end the URL as _URL reads it.
         text = _URL_USERINFO.sub(rf"\1{REDACTED}@", _URL.sub(_redacted_url, text))

@@ -62,7 +62,7 @@ _INTERRUPT = 2
 
 # check_every when the config leaves it unset. A read makes the host wait for the device's
 # queue, and under DDP the check's all-reduce is the cost; even on one CPU process, where a read
-# waits for nothing, a check on every step was 2 % of a small model's step in Python alone
+# waits for nothing, a check on every step cost 1-2 % of a small model's step in Python
 # (bench/README.md, "host reads" and "The loop's remaining cost").
 DEFAULT_CHECK_EVERY = 64
 
