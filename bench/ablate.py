@@ -8,12 +8,12 @@ even epochs without the named pieces; a piece costs the difference of the two ki
 time per iteration (after two warm-up epochs), the median over ``--reps`` fresh processes.
 
 Pieces: ``progress`` (the TRAIN printer), ``losses`` (the trainer's per-step bookkeeping of
-its losses: the loss averages' part and the non-finite check's, a read every 64 steps at
-the default check_every), ``log_point`` (a metrics.csv point, every iteration on this task's
-32-iteration epoch), ``criterion`` (the composite loss, replaced by one ``F.cross_entropy``),
-``step`` (train_step, prep_batch and the model's dict wrapper, replaced by the bare loop's
-statements), ``telemetry`` (the clock reads around each batch fetch, on ``GET_BATCH_STARTED``
-/ ``GET_BATCH_COMPLETED``); join pieces with commas to remove them together. It edits ignite's
+its losses: the loss averages' part and the non-finite check's, a read per step at
+check_every=1), ``log_point`` (a metrics.csv point, every iteration on this task's 32-iteration
+epoch), ``criterion`` (the composite loss, replaced by one ``F.cross_entropy``), ``step``
+(train_step, prep_batch and the model's dict wrapper, replaced by the bare loop's statements),
+``telemetry`` (the clock reads around each batch fetch, on ``GET_BATCH_STARTED`` /
+``GET_BATCH_COMPLETED``); join pieces with commas to remove them together. It edits ignite's
 private ``Engine._event_handlers``.
 """
 

@@ -9,8 +9,9 @@ extras (progress lines, metrics.csv, the latest checkpoint at every epoch's end,
 against a bare loop that saves the same model and optimizer with ``torch.save`` and prints a
 line at every epoch's end. Each process measures its own CPU time (``time.process_time``) from
 an epoch's last step to the next epoch's first (the median over 12 epochs), and from the last
-step to the end of the run (gatle-ignite's includes its summary; the bench's own final-loss
-pass is left out). Processes alternate, and each ratio is paired by repetition.
+step to the end of the run (gatle-ignite's to the return of its command, summary included; the
+bench's own final-loss pass and temporary directory are left out). Processes alternate, and
+each ratio is paired by repetition.
 
 One process trains the bench config with ``bench.tasks.wide_mlp`` (101 M parameters, AdamW,
 so the file holds weights and both moments) for one iteration, then alternates the "latest"
@@ -140,8 +141,8 @@ def boundary_gatle():
     """``gatle-ignite train`` with the usual extras, the bench trainer timing its boundaries."""
     os.environ[common.BOUNDARY_ENV] = "1"
     record = common.run_gatle((*USUAL, f"max_epochs={BOUNDARY_EPOCHS}"))
-    # After main() returned: the run's end, the summary included, less the bench's own pass.
-    end = time.process_time() - record["last_step_end"] - record["record_cpu"]
+    # When main() returned: the run's end, the summary included, less the bench's own pass.
+    end = record["returned_cpu"] - record["last_step_end"] - record["record_cpu"]
     return {"boundary": common.median(record["boundaries"]), "end": end}
 
 

@@ -20,7 +20,7 @@ VARIANTS = {
     "bare_extras": "bare loop + eval, torch.save, print per epoch",
     "engine": "bare ignite Engine",
     "gatle_off": "gatle-ignite, every extra off",
-    "gatle_off_k1": "gatle-ignite, every extra off, check_every=1",
+    "gatle_off_k32": "gatle-ignite, every extra off, check_every=32",
     "gatle_usual": "gatle-ignite, progress, csv, a checkpoint per epoch",
     "gatle_defaults": "gatle-ignite defaults (text log, eval, ckpt)",
 }
@@ -89,7 +89,7 @@ CHILDREN = {
     "bare_extras": lambda: run_bare(extras=True),
     "engine": run_engine,
     "gatle_off": lambda: common.run_gatle(OFF),
-    "gatle_off_k1": lambda: common.run_gatle((*OFF, "check_every=1")),
+    "gatle_off_k32": lambda: common.run_gatle((*OFF, "check_every=32")),
     "gatle_usual": lambda: common.run_gatle(USUAL),
     "gatle_defaults": lambda: common.run_gatle(()),
 }

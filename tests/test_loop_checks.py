@@ -201,13 +201,10 @@ def test_logged_points_cost_no_read_of_their_own(make_cfg, monkeypatch, tmp_path
     assert points == _loss_points(every_step)
 
 
-def test_check_every_defaults_to_64_on_one_cpu_process_too(make_cfg):
-    """A check on every step cost 2 % of a small model's step on the CPU (bench/README.md)."""
-    from gatle_ignite.trainer.handlers import DEFAULT_CHECK_EVERY
-
+def test_check_every_defaults_to_every_step_for_one_cpu_process(make_cfg):
     task = Trainer(0, make_cfg(max_epochs=1))
     task.fit()
-    assert task._nan_check.every == DEFAULT_CHECK_EVERY == 64
+    assert task._nan_check.every == 1
 
 
 def test_a_check_every_below_one_is_a_config_error(make_cfg):

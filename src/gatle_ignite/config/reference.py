@@ -130,9 +130,10 @@ FIELD_DOCS: dict[str, str] = {
         "Iterations between reads of the losses from the device (and, under DDP, the all-reduce "
         "that makes ranks agree on a non-finite loss or a preemption). Between reads no step "
         "waits for the device. A non-finite loss is still reported at the exact iteration it "
-        "appeared, and a read is forced before anything is saved, evaluated or logged. Unset: 64, "
-        "plus a read at each progress line (ten an epoch) so that its loss is current; set, a "
-        "progress line between reads shows the last loss read with its iteration."
+        "appeared, and a read is forced before anything is saved, evaluated or logged. Unset: 1 "
+        "for one process on the CPU, where a read is free, else 64, plus a read at each "
+        "progress line (ten an epoch) so that its loss is current; set, a progress line between "
+        "reads shows the last loss read with its iteration."
     ),
     # ---- training loop ----
     "max_epochs": (

@@ -40,13 +40,7 @@ from gatle_ignite.trainer.lifecycle import attach_preemption_stop, recorded_run
 from gatle_ignite.trainer.model_graph import attach_model_graph
 from gatle_ignite.trainer.preemption import ONE_PROCESS_CTRL_C, preemption_signals, stop_at_once
 from gatle_ignite.trainer.progress import attach_progress_output, epoch_length_of
-from gatle_ignite.trainer.strategy import (
-    NO_CONTEXT,
-    ddp_params,
-    distribute,
-    gradient_sync,
-    strategy_of,
-)
+from gatle_ignite.trainer.strategy import ddp_params, distribute, gradient_sync, strategy_of
 from gatle_ignite.trainer.telemetry.epochs import Telemetry
 from gatle_ignite.utils.amp import autocast_device_type, resolve_amp_dtype
 from gatle_ignite.utils.dist import quiet_ignite_loggers, rank_zero_print
@@ -278,7 +272,7 @@ class BaseTrainer:
 
     def _autocast(self):
         if not self.autocast_enabled:
-            return NO_CONTEXT
+            return contextlib.nullcontext()
         return torch.autocast(device_type=self.device_type, dtype=self.dtype)
 
     def _maybe_no_sync(self, is_step):
@@ -603,7 +597,7 @@ class BaseTrainer:
         # Stop at the first non-finite loss: the weights cannot recover from it. Checked first
         # at an epoch's end, before anything evaluates, saves or logs that epoch.
         length = epoch_length_of(self.cfg, self.dls["train"])
-        self._nan_check = NonFiniteCheck.for_run(self.cfg, length, self._mark_diverged)
+        self._nan_check = NonFiniteCheck.for_run(self.cfg, self.device, length, self._mark_diverged)
         self._nan_check.attach(trainer)
         tell(self.logger, "follow_losses", self._nan_check)
         tell(self.logger, "on_train_epoch_end", trainer, self.optimizer)

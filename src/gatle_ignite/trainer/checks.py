@@ -41,8 +41,6 @@ def _shape_of(value) -> str:
 
 def check_prepared(prepared, split: str) -> None:
     """Refuse what ``prep_batch`` returned unless it is a dict with a ``model_input`` dict."""
-    if type(prepared) is dict and type(prepared.get("model_input")) is dict:
-        return  # the usual case, without the Mapping checks' abstract-class lookups
     if isinstance(prepared, Mapping) and isinstance(prepared.get("model_input"), Mapping):
         return
     raise ConfigError(

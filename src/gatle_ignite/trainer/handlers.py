@@ -60,17 +60,19 @@ def empty_cuda_cache(engine=None) -> None:
 # A SIGINT's request kind in the ranks' agreement (see NonFiniteCheck._request_kind).
 _INTERRUPT = 2
 
-# check_every when the config leaves it unset. A read makes the host wait for the device's
-# queue, and under DDP the check's all-reduce is the cost; even on one CPU process, where a read
-# waits for nothing, a check on every step cost 1-2 % of a small model's step in Python
-# (bench/README.md, "host reads" and "The loop's remaining cost").
+# check_every when the config leaves it unset and a read from the device is not free (a GPU, or
+# several ranks, where the check's all-reduce is the cost): see bench/README.md, "host reads".
 DEFAULT_CHECK_EVERY = 64
 
 
-def check_every(cfg) -> int:
-    """``cfg.check_every``, or DEFAULT_CHECK_EVERY when unset."""
+def check_every(cfg, device) -> int:
+    """``cfg.check_every``, or its default: every step where a read costs nothing (one process
+    on the CPU), else DEFAULT_CHECK_EVERY."""
     every = cfg.get("check_every", None)
-    return DEFAULT_CHECK_EVERY if every is None else every
+    if every is not None:
+        return every
+    free = idist.get_world_size() == 1 and torch.device(device).type == "cpu"
+    return 1 if free else DEFAULT_CHECK_EVERY
 
 
 def forced_check_cadences(cfg, epoch_length: Optional[int] = None) -> tuple:
@@ -172,11 +174,11 @@ class NonFiniteCheck:
         self._read_pairs = []
 
     @classmethod
-    def for_run(cls, cfg, epoch_length: Optional[int], on_stop) -> "NonFiniteCheck":
+    def for_run(cls, cfg, device, epoch_length: Optional[int], on_stop) -> "NonFiniteCheck":
         """The check a training run of ``cfg`` makes: every ``check_every`` steps, and first
         wherever something is saved or shown; every rank agrees, a preemption request too."""
         return cls(
-            every=check_every(cfg),
+            every=check_every(cfg, device),
             also_at=forced_check_cadences(cfg, epoch_length),
             world_size=idist.get_world_size(),
             preemption=PREEMPTION,

@@ -23,7 +23,6 @@ from gatle_ignite.dispatch import ConfigError
 from gatle_ignite.utils.dist import rank_zero_print
 
 __all__ = [
-    "NO_CONTEXT",
     "STRATEGIES",
     "ModelState",
     "OptimizerState",
@@ -204,18 +203,14 @@ def distribute(model: nn.Module, cfg, amp_dtype, amp_enabled: bool) -> nn.Module
     return model
 
 
-# One null context for every step that needs none: it holds no state, so it is reused.
-NO_CONTEXT = contextlib.nullcontext()
-
-
 def gradient_sync(model, enabled: bool):
     """The context for one micro-batch: gradients synchronise only when ``enabled`` (the last
     micro-batch of an accumulation window). FSDP2 has a switch, DDP a context."""
     if is_sharded(model):
         model.set_requires_gradient_sync(enabled)
-        return NO_CONTEXT
+        return contextlib.nullcontext()
     if enabled or not hasattr(model, "no_sync"):
-        return NO_CONTEXT
+        return contextlib.nullcontext()
     return model.no_sync()
 
 

@@ -107,9 +107,6 @@ def named_outputs(value):
 
 
 def _item(container, key):
-    if type(container) is dict:
-        # What a loss reads on every step: a model output or a prepared batch.
-        return container[key]
     if _is_record(container) and isinstance(key, str):
         if key not in {field.name for field in dataclasses.fields(container)}:
             raise KeyError(key)
