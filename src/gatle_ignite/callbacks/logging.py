@@ -64,6 +64,12 @@ class Backend:
     def log(self, metrics, step=None, epoch=None):
         pass
 
+    def log_many(self, records):
+        """``log`` each ``(metrics, step, epoch)`` of ``records``, in order: the per-iteration
+        points the run writes together. A sink that can write them in one go overrides it."""
+        for metrics, step, epoch in records:
+            self.log(metrics, step=step, epoch=epoch)
+
     def watch(self, model):
         pass
 
@@ -311,10 +317,23 @@ class LoggingCallback:
         check = self._losses
         through = check.checked_through if check is not None else math.inf
         bad = check.first_bad if check is not None else None
+        records = []
         while self._points and self._points[0][0] <= through:
             iteration, epoch, point = self._points.popleft()
             if bad is None or iteration < bad:
-                self._log(point, iteration, epoch, per_iteration=True)
+                records.append((point, iteration, epoch))
+        if not records:
+            return
+        for sink in self.sinks:
+            if not getattr(sink, "per_iteration", True):
+                continue
+            many = getattr(sink, "log_many", None)
+            if many is not None:
+                many(records)
+                continue
+            # A sink of 0.4's protocol, which need not subclass Backend.
+            for metrics, step, epoch in records:
+                sink.log(metrics, step=step, epoch=epoch)
 
     def on_train_epoch_end(self, trainer, optimizer):
         if not self.sinks:
