@@ -129,7 +129,7 @@ def redact_text(text: str) -> str:
     return _scrubbed(text, environment_secrets())
 
 
-def _scrubbed(text: str, secrets: tuple) -> str:
+def _scrubbed(text: str, secrets: list) -> str:
     if "://" in text:
         # The query first: the userinfo's "<redacted>" would end the URL as _URL reads it.
         text = _URL_USERINFO.sub(rf"\1{REDACTED}@", _URL.sub(_redacted_url, text))
@@ -153,7 +153,7 @@ def _redacted_param(param: re.Match) -> str:
 _SHORTEST_SECRET = 8
 
 
-def environment_secrets() -> tuple:
+def environment_secrets() -> list:
     """The values of this process's environment variables whose names say they are secret
     (``AWS_SECRET_ACCESS_KEY``, ``AWS_SESSION_TOKEN``, ``AZURE_STORAGE_KEY``, ...), longest
     first: an object store's client reads them, and an error it raises must not show them."""
@@ -162,7 +162,7 @@ def environment_secrets() -> tuple:
         for name, value in os.environ.items()
         if len(value) >= _SHORTEST_SECRET and is_secret_name(name)
     }
-    return tuple(sorted(found, key=len, reverse=True))
+    return sorted(found, key=len, reverse=True)
 
 
 def _is_unset(value) -> bool:
@@ -182,7 +182,7 @@ def redact(value):
     return _redacted(value, environment_secrets())
 
 
-def _redacted(value, secrets: tuple):
+def _redacted(value, secrets: list):
     if isinstance(value, dict) or _is_config_dict(value):
         return {
             _redacted(key, secrets): __redact_field(key, inner, secrets)
@@ -197,7 +197,7 @@ def _redacted(value, secrets: tuple):
     return value
 
 
-def __redact_field(name, value, secrets: tuple):
+def __redact_field(name, value, secrets: list):
     # An unset credential stays visibly unset, so that a missing one can be noticed.
     if is_secret_name(name) and not _is_unset(value):
         return REDACTED
@@ -253,7 +253,7 @@ def shown_command(command: Union[str, Sequence[str]]) -> str:
     return shlex.join(redact_argv(command))
 
 
-def _redacted_word(word: str, secrets: tuple) -> str:
+def _redacted_word(word: str, secrets: list) -> str:
     flag = _FLAG.fullmatch(word)
     if flag is None or flag[2] is None:
         return _redacted_setting(word, secrets)
@@ -262,7 +262,7 @@ def _redacted_word(word: str, secrets: tuple) -> str:
     return f"{flag[1]}={_redacted_setting(flag[2], secrets)}"
 
 
-def _redacted_setting(text: str, secrets: tuple) -> str:
+def _redacted_setting(text: str, secrets: list) -> str:
     key, equals, raw = text.partition("=")
     if not equals or not _SETTING_KEY.fullmatch(key):
         return _scrubbed(text, secrets)

@@ -257,10 +257,20 @@ class LoggingCallback:
         return implied
 
     def _log(self, metrics, step=None, epoch=None, per_iteration=False):
+        self._log_records([(metrics, step, epoch)], per_iteration)
+
+    def _log_records(self, records, per_iteration=False):
+        """Send ``(metrics, step, epoch)`` records, in order, to every sink in one call each."""
         for sink in self.sinks:
             if per_iteration and not getattr(sink, "per_iteration", True):
                 continue
-            sink.log(metrics, step=step, epoch=epoch)
+            many = getattr(sink, "log_many", None)
+            if many is not None:
+                many(records)
+                continue
+            # A sink of 0.4's protocol, which need not subclass Backend.
+            for metrics, step, epoch in records:
+                sink.log(metrics, step=step, epoch=epoch)
 
     def log(self, metrics, step=None, epoch=None) -> None:
         """Send one record of ``{name: scalar}`` to every sink (the epochs' ``perf/`` records)."""
@@ -322,18 +332,8 @@ class LoggingCallback:
             iteration, epoch, point = self._points.popleft()
             if bad is None or iteration < bad:
                 records.append((point, iteration, epoch))
-        if not records:
-            return
-        for sink in self.sinks:
-            if not getattr(sink, "per_iteration", True):
-                continue
-            many = getattr(sink, "log_many", None)
-            if many is not None:
-                many(records)
-                continue
-            # A sink of 0.4's protocol, which need not subclass Backend.
-            for metrics, step, epoch in records:
-                sink.log(metrics, step=step, epoch=epoch)
+        if records:
+            self._log_records(records, per_iteration=True)
 
     def on_train_epoch_end(self, trainer, optimizer):
         if not self.sinks:
