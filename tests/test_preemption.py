@@ -3,6 +3,8 @@
 import csv
 import os
 import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -17,6 +19,7 @@ from gatle_ignite.trainer.preemption import (
     Preempted,
     preemption_signals,
 )
+from tests.conftest import HANG_S, ROOT, child_env
 from tests.toy.trainer import Trainer
 
 
@@ -215,3 +218,43 @@ def test_a_completed_run_keeps_no_checkpoint_of_an_interruption_it_recovered_fro
     assert [name for name in _files(cfg) if name.startswith("latest_iter")] == kept
     indexed = [e.file for e in Manifest.read(cfg.save_dir).checkpoints if e.kind == "latest_iter"]
     assert sorted(indexed) == kept
+
+
+# A worker shielded as a run's DataLoader workers are, hit by a burst of signals (a Ctrl-C goes
+# to the whole process group, twice), then ended as multiprocessing ends workers at exit.
+_SIGNAL_BURST = """
+import multiprocessing, os, signal, sys, time
+from gatle_ignite.trainer.preemption import _ShieldThen, _lift_shields, _main_exiting_flag
+
+shield = _ShieldThen(None, _main_exiting_flag(multiprocessing.get_context("fork")))
+reader, writer = os.pipe()
+pid = os.fork()
+if pid == 0:
+    shield(0)
+    os.write(writer, b"x")
+    while True:
+        time.sleep(0.001)
+os.read(reader, 1)
+for _ in range(int(sys.argv[1])):
+    os.kill(pid, signal.SIGINT)
+_lift_shields()
+os.kill(pid, signal.SIGTERM)
+_, status = os.waitpid(pid, 0)
+print("worker exit", os.waitstatus_to_exitcode(status))
+"""
+
+
+def test_a_burst_of_signals_never_locks_up_a_shielded_worker():
+    """The shield's handler reads the main process's exit flag: a signal landing while it runs
+    must find no lock held, or the worker hangs, and the main process with it at exit (the
+    double Ctrl-C test hung CI so)."""
+    done = subprocess.run(
+        [sys.executable, "-c", _SIGNAL_BURST, "3000"],
+        capture_output=True,
+        text=True,
+        timeout=HANG_S,
+        cwd=ROOT,
+        env=child_env(),
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "worker exit 0"

@@ -191,18 +191,20 @@ class _ShieldThen:
         # Until the main process exits, a signal is a scheduler's, for the main process to act
         # on; then it is multiprocessing's. Exit 0: torch's main process reports a worker that
         # a signal killed as a crash of its own.
-        if self.main_exiting.is_set():
+        if self.main_exiting.value:
             os._exit(0)
 
 
-# One flag per start method (an Event only travels to workers of its own kind), set as this
-# process exits; see _lift_shields.
+# One flag per start method (shared memory only travels to workers of its own kind), set as
+# this process exits; see _lift_shields. A byte read and written without a lock: a signal can
+# land while the worker's handler runs, and a lock held there (an Event's) was held for good,
+# hanging the worker and, at exit, the main process that set the flag.
 _MAIN_EXITING = {}
 
 
 def _lift_shields() -> None:
-    for event in _MAIN_EXITING.values():
-        event.set()
+    for flag in _MAIN_EXITING.values():
+        flag.value = 1
 
 
 def _main_exiting_flag(context):
@@ -212,7 +214,7 @@ def _main_exiting_flag(context):
             # multiprocessing runs this as the process exits (a spawned rank too, where atexit
             # never runs), just before it terminates and joins the workers.
             multiprocessing.util.Finalize(None, _lift_shields, exitpriority=0)
-        _MAIN_EXITING[method] = context.Event()
+        _MAIN_EXITING[method] = context.RawValue("b", 0)
     return _MAIN_EXITING[method]
 
 
