@@ -128,7 +128,8 @@ def _spawned_threads(tmp_path, budgeted: bool) -> list:
     script.write_text(
         "import contextlib, torch, torch.multiprocessing as mp\n"
         "from gatle_ignite.launch.budget import ranks_share\n"
-        "def rank(i):\n    print(torch.get_num_threads(), flush=True)\n"
+        # One write per rank: unbuffered, print's text and newline are two, which interleave.
+        "def rank(i):\n    print(f'{torch.get_num_threads()}\\n', end='', flush=True)\n"
         "if __name__ == '__main__':\n"
         f"    with ranks_share(2) if {budgeted} else contextlib.nullcontext():\n"
         "        mp.spawn(rank, nprocs=2)\n"
